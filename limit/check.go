@@ -1,0 +1,54 @@
+package limit
+
+import (
+	"fmt"
+	"unicode/utf8"
+)
+
+// Bounds on the identity of a check.
+const (
+	MaxNameLen = 128  // bytes in a rule name
+	MaxKeyLen  = 1024 // bytes in a unique key
+	MaxHits    = MaxLimit
+)
+
+// Check asks whether Key may spend Hits more under the rule Name.
+type Check struct {
+	Name string // rule name, e.g. "api_per_minute"
+	Key  string // the limited entity, e.g. "account:42"; the ring routes on it
+	Hits int64  // 0 peeks: report the state, consume nothing
+	Rule Rule
+}
+
+// Validate reports the first problem with the check, or nil. Its messages
+// are meant for the caller: they name the field at fault.
+func (c Check) Validate() error {
+	switch {
+	case c.Name == "":
+		return fmt.Errorf("name is empty")
+	case len(c.Name) > MaxNameLen:
+		return fmt.Errorf("name is %d bytes, max %d", len(c.Name), MaxNameLen)
+	case !utf8.ValidString(c.Name):
+		return fmt.Errorf("name is not valid UTF-8")
+	case c.Key == "":
+		return fmt.Errorf("unique_key is empty")
+	case len(c.Key) > MaxKeyLen:
+		return fmt.Errorf("unique_key is %d bytes, max %d", len(c.Key), MaxKeyLen)
+	case c.Hits < 0:
+		return fmt.Errorf("hits must be >= 0, got %d", c.Hits)
+	case c.Hits > MaxHits:
+		return fmt.Errorf("hits must be <= %d, got %d", MaxHits, c.Hits)
+	}
+	return c.Rule.Validate()
+}
+
+// Result is the answer to one check as it travels back to the client: the
+// decision, or an error that concerns this check alone.
+type Result struct {
+	Decision
+	// Error is non-empty when this check failed (bad input, owner
+	// unreachable under a fail-closed policy); Decision is then zero.
+	Error string
+	// Owner names the node that decided.
+	Owner string
+}

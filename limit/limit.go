@@ -1,0 +1,177 @@
+// Package limit defines the vocabulary every part of shardlimiter shares: a
+// rule (which algorithm, how many hits per period), a check (may this key
+// spend N hits under this rule?) and its decision.
+//
+// It is a leaf package: plain values and their validation, no clock, no
+// goroutines, no I/O. Time is always passed in as Unix nanoseconds (int64)
+// so that decisions are deterministic and cheap to compute.
+package limit
+
+import (
+	"fmt"
+	"time"
+)
+
+// Algorithm selects how a key's hits are counted. The numeric values are the
+// wire values of the protobuf enum and must not change.
+type Algorithm uint8
+
+const (
+	TokenBucket   Algorithm = 0 // GCRA token bucket, optional warm-up
+	LeakyBucket   Algorithm = 1 // shaping: constant outflow, queue of depth Burst
+	FixedWindow   Algorithm = 2 // windows aligned to multiples of Period since the epoch
+	SlidingWindow Algorithm = 3 // weighted previous + current window counter
+	SlidingLog    Algorithm = 4 // exact log of admitted hits, optional MinInterval
+	numAlgorithms             = 5
+)
+
+var algorithmNames = [numAlgorithms]string{"TOKEN_BUCKET", "LEAKY_BUCKET", "FIXED_WINDOW", "SLIDING_WINDOW", "SLIDING_LOG"}
+
+// String returns the wire name, e.g. "TOKEN_BUCKET".
+func (a Algorithm) String() string {
+	if a < numAlgorithms {
+		return algorithmNames[a]
+	}
+	return fmt.Sprintf("ALGORITHM(%d)", uint8(a))
+}
+
+// Algorithms lists every known algorithm in wire order.
+func Algorithms() []Algorithm {
+	return []Algorithm{TokenBucket, LeakyBucket, FixedWindow, SlidingWindow, SlidingLog}
+}
+
+// Behavior is a set of flags that change how one check is applied.
+type Behavior uint32
+
+const (
+	// Reset forgets the key's state before the check is applied.
+	Reset Behavior = 1 << 0
+	// CountRejected makes rejected hits consume capacity too (the rolling-log
+	// semantics of the seed articles: a client that keeps hammering stays out).
+	CountRejected Behavior = 1 << 1
+
+	knownBehaviors = Reset | CountRejected
+)
+
+// Has reports whether every flag of f is set in b.
+func (b Behavior) Has(f Behavior) bool { return b&f == f }
+
+// Rule is the limit a check is measured against. Durations are
+// time.Duration (integer nanoseconds).
+type Rule struct {
+	Algorithm Algorithm
+	// Limit is the number of hits allowed per Period. For the buckets it is
+	// also the capacity unless Burst is set.
+	Limit int64
+	// Period is the span Limit applies to.
+	Period time.Duration
+	// Burst is the token-bucket capacity or the leaky-bucket queue depth;
+	// 0 means the algorithm's default (Limit for TOKEN_BUCKET, strict
+	// spacing for LEAKY_BUCKET). Other algorithms reject a non-zero Burst.
+	Burst int64
+	// MinInterval is the minimum gap between two admitted hits (SLIDING_LOG only).
+	MinInterval time.Duration
+	// Warmup is the warm-up period after idleness (TOKEN_BUCKET only).
+	Warmup time.Duration
+	// Behavior holds per-check flags.
+	Behavior Behavior
+}
+
+// Bounds on rules. They keep every computation inside int64 nanoseconds and
+// every key's memory bounded.
+const (
+	MaxLimit  = 1_000_000_000
+	MaxPeriod = 366 * 24 * time.Hour
+	// MaxLogLimit bounds SLIDING_LOG's Limit: the log keeps one timestamp per
+	// admitted hit in the window, so Limit is the per-key memory bound.
+	MaxLogLimit = 100_000
+	// MaxCapacityTime bounds how long an empty bucket takes to refill
+	// (Period × Burst / Limit).
+	MaxCapacityTime = 10 * 366 * 24 * time.Hour
+)
+
+// Capacity returns the bucket capacity: Burst when set, else Limit.
+func (r Rule) Capacity() int64 {
+	if r.Burst > 0 {
+		return r.Burst
+	}
+	return r.Limit
+}
+
+// Validate reports the first problem with the rule, or nil. A valid rule can
+// be evaluated by every package without overflow.
+func (r Rule) Validate() error {
+	switch {
+	case r.Algorithm >= numAlgorithms:
+		return fmt.Errorf("unknown algorithm %d", r.Algorithm)
+	case r.Limit <= 0:
+		return fmt.Errorf("limit must be > 0, got %d", r.Limit)
+	case r.Limit > MaxLimit:
+		return fmt.Errorf("limit must be <= %d, got %d", MaxLimit, r.Limit)
+	case r.Period <= 0:
+		return fmt.Errorf("duration_ms must be > 0, got %d", r.Period.Milliseconds())
+	case r.Period > MaxPeriod:
+		return fmt.Errorf("duration_ms must be <= %d, got %d", MaxPeriod.Milliseconds(), r.Period.Milliseconds())
+	case r.Burst < 0:
+		return fmt.Errorf("burst must be >= 0, got %d", r.Burst)
+	case r.Burst > MaxLimit:
+		return fmt.Errorf("burst must be <= %d, got %d", MaxLimit, r.Burst)
+	case r.MinInterval < 0:
+		return fmt.Errorf("min_interval_ms must be >= 0, got %d", r.MinInterval.Milliseconds())
+	case r.Warmup < 0:
+		return fmt.Errorf("warmup_ms must be >= 0, got %d", r.Warmup.Milliseconds())
+	case r.Behavior&^knownBehaviors != 0:
+		return fmt.Errorf("unknown behavior flags %#x", uint32(r.Behavior&^knownBehaviors))
+	}
+	if err := r.validateOptions(); err != nil {
+		return err
+	}
+	// The refill time of a full bucket must fit comfortably in int64 ns.
+	if float64(r.Period)*float64(r.Capacity())/float64(r.Limit) > float64(MaxCapacityTime) {
+		return fmt.Errorf("burst %d at limit %d per %v takes longer than %v to refill", r.Capacity(), r.Limit, r.Period, MaxCapacityTime)
+	}
+	return nil
+}
+
+// validateOptions rejects options that do not fit the algorithm.
+func (r Rule) validateOptions() error {
+	if r.Burst != 0 && r.Algorithm != TokenBucket && r.Algorithm != LeakyBucket {
+		return fmt.Errorf("burst applies to TOKEN_BUCKET and LEAKY_BUCKET only, not %v", r.Algorithm)
+	}
+	if r.Warmup != 0 && r.Algorithm != TokenBucket {
+		return fmt.Errorf("warmup_ms applies to TOKEN_BUCKET only, not %v", r.Algorithm)
+	}
+	if r.Warmup > MaxPeriod {
+		return fmt.Errorf("warmup_ms must be <= %d, got %d", MaxPeriod.Milliseconds(), r.Warmup.Milliseconds())
+	}
+	if r.MinInterval != 0 && r.Algorithm != SlidingLog {
+		return fmt.Errorf("min_interval_ms applies to SLIDING_LOG only, not %v", r.Algorithm)
+	}
+	if r.MinInterval > MaxPeriod {
+		return fmt.Errorf("min_interval_ms must be <= %d, got %d", MaxPeriod.Milliseconds(), r.MinInterval.Milliseconds())
+	}
+	if r.Algorithm == SlidingLog && r.Limit > MaxLogLimit {
+		return fmt.Errorf("SLIDING_LOG limit must be <= %d (one timestamp per hit is kept), got %d", MaxLogLimit, r.Limit)
+	}
+	return nil
+}
+
+// Never is the RetryAfter of a check whose hits exceed the key's capacity:
+// it can never be admitted, however long the caller waits.
+const Never time.Duration = -1
+
+// Decision is the answer to one check.
+type Decision struct {
+	// Allowed reports whether the hits were admitted (UNDER_LIMIT).
+	Allowed bool
+	// Remaining is what the key has left now, in [0, capacity].
+	Remaining int64
+	// ResetAt is when the key is back to full capacity, or its window ends
+	// (Unix nanoseconds).
+	ResetAt int64
+	// RetryAfter is 0 when admitted; otherwise how long until the same hits
+	// could be admitted, or Never.
+	RetryAfter time.Duration
+	// Delay is LEAKY_BUCKET's shaping delay: admitted, but act only after it.
+	Delay time.Duration
+}
