@@ -22,7 +22,7 @@ const (
 	FixedWindow   Algorithm = 2 // windows aligned to multiples of Period since the epoch
 	SlidingWindow Algorithm = 3 // weighted previous + current window counter
 	SlidingLog    Algorithm = 4 // exact log of admitted hits, optional MinInterval
-	numAlgorithms             = 5
+	numAlgorithms           = 5
 )
 
 var algorithmNames = [numAlgorithms]string{"TOKEN_BUCKET", "LEAKY_BUCKET", "FIXED_WINDOW", "SLIDING_WINDOW", "SLIDING_LOG"}
