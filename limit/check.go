@@ -42,6 +42,31 @@ func (c Check) Validate() error {
 	return c.Rule.Validate()
 }
 
+// Reason classifies why a check failed, for metrics and status codes.
+type Reason uint8
+
+const (
+	OK          Reason = iota // no error
+	Invalid                   // the check itself is malformed
+	Unavailable               // the owner could not be reached (fail-closed policy)
+	Closing                   // the node is shutting down
+	Internal                  // anything else
+	numReasons
+)
+
+var reasonNames = [numReasons]string{"ok", "invalid_argument", "unavailable", "closing", "internal"}
+
+// String returns a lower-case metric label value, e.g. "invalid_argument".
+func (r Reason) String() string {
+	if r < numReasons {
+		return reasonNames[r]
+	}
+	return "internal"
+}
+
+// Reasons lists every Reason.
+func Reasons() []Reason { return []Reason{OK, Invalid, Unavailable, Closing, Internal} }
+
 // Result is the answer to one check as it travels back to the client: the
 // decision, or an error that concerns this check alone.
 type Result struct {
@@ -49,6 +74,13 @@ type Result struct {
 	// Error is non-empty when this check failed (bad input, owner
 	// unreachable under a fail-closed policy); Decision is then zero.
 	Error string
+	// Reason classifies Error; OK when Error is empty.
+	Reason Reason
 	// Owner names the node that decided.
 	Owner string
+}
+
+// Failed returns the Result of a check that failed for reason with err.
+func Failed(reason Reason, err error) Result {
+	return Result{Error: err.Error(), Reason: reason}
 }
