@@ -1,0 +1,343 @@
+// Package table implements the concurrent keyed table that holds every
+// limiter's per-key state: a power-of-two array of padded shards, each a map
+// from key to *Entry behind a read-write mutex, with a key cap enforced by
+// evicting the least recently used keys and a bounded sweep that drops idle
+// keys.
+//
+// The table knows nothing of algorithms. An Entry carries a 64-bit Word for
+// state that fits in one word (updated lock-free by compare-and-swap) and a
+// mutex-guarded State S for state that does not. A new entry is all zero:
+// algorithms must read a zero Word or zero State as "fresh key".
+//
+// # Retirement
+//
+// An entry leaves the table by being retired: its Word is set to Dead, and
+// only then is it deleted from its shard's map. Takers that hold a pointer
+// to an entry must treat Dead as "this entry is gone, look the key up
+// again": a CAS from a live value fails once the word is Dead, and a
+// mutex-based algorithm checks the word after locking Mu. This closes the
+// race between a sweep (or an eviction) and a concurrent take: without it a
+// take could update an entry already unlinked from the map, and the next
+// take would start from a fresh state, admitting the same capacity twice.
+//
+// # Concurrency
+//
+// All methods are safe for concurrent use. Lookups of existing keys take a
+// shard read lock only; inserts, evictions and sweep deletions take the
+// shard write lock briefly. Nothing slow runs under a lock.
+package table
+
+import (
+	"hash/maphash"
+	"math"
+	"strings"
+	"sync"
+	"sync/atomic"
+)
+
+// Dead is the Word of a retired entry. Algorithms never store it.
+const Dead int64 = math.MinInt64
+
+// Defaults for Config.
+const (
+	DefaultMaxKeys = 1_000_000
+	DefaultShards  = 256
+)
+
+// Config sizes a Table.
+type Config struct {
+	// MaxKeys caps the number of keys. When a shard is full, inserting a key
+	// evicts the least recently used key of a small sample of that shard.
+	// The cap is enforced per shard (MaxKeys/Shards, rounded up), so the
+	// total may exceed MaxKeys by less than Shards. Zero means
+	// DefaultMaxKeys.
+	MaxKeys int
+	// Shards is the number of shards, rounded up to a power of two. More
+	// shards mean less lock contention and a coarser LRU. Zero means
+	// DefaultShards; small tables (MaxKeys < 8×Shards) use fewer shards so
+	// that the cap stays exact.
+	Shards int
+}
+
+// evictSample is how many entries are compared to choose an eviction
+// victim: the least recently used of them goes (sampled LRU, as Redis does).
+const evictSample = 8
+
+// touchGranularity is how stale an entry's last-use time may get before a
+// take rewrites it. Rewriting on every take would make a hot key's cache
+// line bounce between cores for no gain in LRU quality.
+const touchGranularity = int64(1_000_000) // 1 ms
+
+// Entry is one key's state. Word and State belong to the algorithm; the
+// table only reads Word to see whether the entry is Dead, and writes Dead
+// when it retires the entry (holding Mu while it does).
+type Entry[S any] struct {
+	// Word is state that fits in 64 bits, updated by CAS; Dead once retired.
+	Word atomic.Int64
+	used atomic.Int64 // last use, Unix ns, coarse (touchGranularity)
+	// Mu guards State. An algorithm that uses State locks Mu and then
+	// checks Word for Dead before touching State.
+	Mu    sync.Mutex
+	State S
+}
+
+// Dead reports whether the entry has been retired.
+func (e *Entry[S]) Dead() bool { return e.Word.Load() == Dead }
+
+// RetireWordIf retires the entry if idle reports its current word idle, and
+// reports whether it did. The CAS guarantees no take slipped in between the
+// check and the retirement.
+func (e *Entry[S]) RetireWordIf(idle func(word int64) bool) bool {
+	w := e.Word.Load()
+	if w == Dead {
+		return true
+	}
+	return idle(w) && e.Word.CompareAndSwap(w, Dead)
+}
+
+// RetireLockedIf retires the entry if idle reports its State idle, holding
+// Mu, and reports whether it did.
+func (e *Entry[S]) RetireLockedIf(idle func(s *S) bool) bool {
+	e.Mu.Lock()
+	defer e.Mu.Unlock()
+	if e.Word.Load() == Dead {
+		return true
+	}
+	if !idle(&e.State) {
+		return false
+	}
+	e.Word.Store(Dead)
+	return true
+}
+
+// kill retires the entry unconditionally (eviction). Holding Mu orders it
+// with mutex-based takes; word-based takes see Dead on their next CAS.
+func (e *Entry[S]) kill() {
+	e.Mu.Lock()
+	e.Word.Store(Dead)
+	e.Mu.Unlock()
+}
+
+// RetireFunc retires e if its state is idle at now (equivalent to a fresh
+// key), using RetireWordIf or RetireLockedIf, and reports whether e is
+// retired. Sweep calls it without holding any table lock.
+type RetireFunc[S any] func(e *Entry[S], now int64) bool
+
+type shard[S any] struct {
+	mu sync.RWMutex
+	m  map[string]*Entry[S]
+	_  [128 - 24 - 8]byte // keep each shard's lock on its own cache lines
+}
+
+// Table maps keys to entries. See the package doc for the protocol.
+type Table[S any] struct {
+	shards   []shard[S]
+	mask     uint64
+	seed     maphash.Seed
+	shardCap int
+	retire   RetireFunc[S]
+
+	n       atomic.Int64
+	evicted atomic.Uint64
+	cursor  atomic.Uint64 // next shard Sweep visits
+}
+
+// New returns an empty table. retire decides, for Sweep, whether an entry
+// is idle and retires it.
+func New[S any](cfg Config, retire RetireFunc[S]) *Table[S] {
+	maxKeys := cfg.MaxKeys
+	if maxKeys <= 0 {
+		maxKeys = DefaultMaxKeys
+	}
+	shards := cfg.Shards
+	if shards <= 0 {
+		shards = DefaultShards
+	}
+	for shards > 1 && maxKeys < 8*shards {
+		shards /= 2
+	}
+	n := 1
+	for n < shards {
+		n *= 2
+	}
+	t := &Table[S]{
+		shards:   make([]shard[S], n),
+		mask:     uint64(n - 1),
+		seed:     maphash.MakeSeed(),
+		shardCap: (maxKeys + n - 1) / n,
+		retire:   retire,
+	}
+	for i := range t.shards {
+		t.shards[i].m = make(map[string]*Entry[S])
+	}
+	return t
+}
+
+func (t *Table[S]) shardOf(key string) *shard[S] {
+	return &t.shards[maphash.String(t.seed, key)&t.mask]
+}
+
+// Get returns the live entry for key, creating a zero one if the key is
+// absent (evicting a least recently used key if its shard is full). now
+// (Unix ns) records the use for LRU. The entry may be retired at any time
+// after Get returns; callers retry Get when they find it Dead.
+func (t *Table[S]) Get(key string, now int64) *Entry[S] {
+	sh := t.shardOf(key)
+	sh.mu.RLock()
+	e := sh.m[key]
+	sh.mu.RUnlock()
+	if e != nil && !e.Dead() {
+		if u := e.used.Load(); now-u > touchGranularity || now < u {
+			e.used.Store(now)
+		}
+		return e
+	}
+	return t.insert(sh, key, now)
+}
+
+// insert is Get's slow path: the key is absent, or mapped to a retired
+// entry that a sweep has not unlinked yet.
+func (t *Table[S]) insert(sh *shard[S], key string, now int64) *Entry[S] {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if e := sh.m[key]; e != nil {
+		if !e.Dead() {
+			return e
+		}
+		delete(sh.m, key)
+		t.n.Add(-1)
+	}
+	if len(sh.m) >= t.shardCap {
+		t.evictLocked(sh)
+	}
+	e := &Entry[S]{}
+	e.used.Store(now)
+	sh.m[strings.Clone(key)] = e
+	t.n.Add(1)
+	return e
+}
+
+// evictLocked removes the least recently used of a few entries of sh.
+// Go's map iteration starts at a random place, which makes the sample
+// random. sh.mu must be held for writing.
+func (t *Table[S]) evictLocked(sh *shard[S]) {
+	var (
+		victimKey string
+		victim    *Entry[S]
+		seen      int
+	)
+	for k, e := range sh.m {
+		if victim == nil || e.used.Load() < victim.used.Load() {
+			victimKey, victim = k, e
+		}
+		if seen++; seen == evictSample {
+			break
+		}
+	}
+	if victim == nil {
+		return
+	}
+	dead := victim.Dead()
+	victim.kill()
+	delete(sh.m, victimKey)
+	t.n.Add(-1)
+	if !dead {
+		t.evicted.Add(1)
+	}
+}
+
+// Sweep visits whole shards, starting where the previous Sweep stopped,
+// until it has looked at about budget entries (at least one shard), and
+// removes the entries that are idle at now. It returns how many it removed.
+//
+// Idleness is decided and entries retired under the shard's read lock, so
+// takes on that shard go on meanwhile; only the deletion of retired entries
+// takes the write lock.
+func (t *Table[S]) Sweep(now int64, budget int) (removed int) {
+	var dead []string
+	for visited, i := 0, 0; i < len(t.shards) && (i == 0 || visited < budget); i++ {
+		sh := &t.shards[t.cursor.Add(1)&t.mask]
+		dead = dead[:0]
+		sh.mu.RLock()
+		visited += len(sh.m)
+		for k, e := range sh.m {
+			if t.retire(e, now) {
+				dead = append(dead, k)
+			}
+		}
+		sh.mu.RUnlock()
+		if len(dead) == 0 {
+			continue
+		}
+		sh.mu.Lock()
+		for _, k := range dead {
+			if e := sh.m[k]; e != nil && e.Dead() {
+				delete(sh.m, k)
+				t.n.Add(-1)
+				removed++
+			}
+		}
+		sh.mu.Unlock()
+	}
+	return removed
+}
+
+// Delete removes key, if present, and reports whether it was.
+func (t *Table[S]) Delete(key string) bool {
+	sh := t.shardOf(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	e := sh.m[key]
+	if e == nil {
+		return false
+	}
+	e.kill()
+	delete(sh.m, key)
+	t.n.Add(-1)
+	return true
+}
+
+// Len returns the number of keys held (retired entries not yet unlinked
+// included).
+func (t *Table[S]) Len() int { return int(t.n.Load()) }
+
+// Evicted returns how many live keys were evicted to respect the cap.
+func (t *Table[S]) Evicted() uint64 { return t.evicted.Load() }
+
+// Cap returns the effective key cap (per-shard cap × shards).
+func (t *Table[S]) Cap() int { return t.shardCap * len(t.shards) }
+
+// UpdateWord runs the lock-free read-modify-write of key's Word: f maps the
+// current word to the new one and a result, and is retried until the CAS
+// succeeds; a retired entry is looked up again. f must be pure: it may run
+// several times. When f returns the word unchanged no write happens.
+func UpdateWord[S, R any](t *Table[S], key string, now int64, f func(word int64) (int64, R)) R {
+	for {
+		e := t.Get(key, now)
+		for {
+			w := e.Word.Load()
+			if w == Dead {
+				break
+			}
+			nw, r := f(w)
+			if nw == w || e.Word.CompareAndSwap(w, nw) {
+				return r
+			}
+		}
+	}
+}
+
+// UpdateLocked runs f on key's State with the entry's mutex held; a retired
+// entry is looked up again. f must not block.
+func UpdateLocked[S, R any](t *Table[S], key string, now int64, f func(s *S) R) R {
+	for {
+		e := t.Get(key, now)
+		e.Mu.Lock()
+		if e.Word.Load() != Dead {
+			r := f(&e.State)
+			e.Mu.Unlock()
+			return r
+		}
+		e.Mu.Unlock()
+	}
+}
