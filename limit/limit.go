@@ -175,3 +175,19 @@ type Decision struct {
 	// Delay is LEAKY_BUCKET's shaping delay: admitted, but act only after it.
 	Delay time.Duration
 }
+
+// Limiter is a concurrent table of per-key state for one algorithm. The
+// node holds one per algorithm and dispatches each check by its rule.
+type Limiter interface {
+	// Take applies hits to key under rule r at now (Unix ns) and returns the
+	// decision. r must be valid (Rule.Validate) and of the limiter's
+	// algorithm. Safe for concurrent use.
+	Take(key string, now int64, r Rule, hits int64) Decision
+	// Sweep removes up to about budget keys that are idle at now (their
+	// state equals a fresh key's) and returns how many it removed.
+	Sweep(now int64, budget int) int
+	// Len returns how many keys are held.
+	Len() int
+	// Evicted returns how many keys were evicted to respect the key cap.
+	Evicted() uint64
+}
