@@ -1,0 +1,70 @@
+package ring_test
+
+import (
+	"fmt"
+
+	"github.com/shardlimiter/shardlimiter/ring"
+)
+
+func ExampleNew() {
+	// Member order does not matter: every node that sees these three
+	// members computes the same owners.
+	members := []ring.Member{
+		{Name: "node-c", Addr: "10.0.0.3:8081"},
+		{Name: "node-a", Addr: "10.0.0.1:8081"},
+		{Name: "node-b", Addr: "10.0.0.1:9081"}, // same host as node-a
+	}
+	s, err := ring.New(members, 1, ring.Config{})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	for _, key := range []string{"account:42", "account:46", "user-a"} {
+		owner := s.Owner(key)
+		fmt.Printf("%s → %s at %s\n", key, owner.Name, owner.Addr)
+	}
+	fmt.Println(s.Members()[0].Name, s.Len(), s.Version())
+	// Output:
+	// account:42 → node-c at 10.0.0.3:8081
+	// account:46 → node-b at 10.0.0.1:9081
+	// user-a → node-a at 10.0.0.1:8081
+	// node-a 3 1
+}
+
+func ExampleRing() {
+	var r ring.Ring // holds nil until the first Store
+	fmt.Println(r.Load() == nil)
+
+	// The membership goroutine builds and publishes a snapshot ...
+	s, err := ring.New([]ring.Member{{Name: "node-a"}, {Name: "node-b"}}, 7, ring.Config{})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	r.Store(s)
+
+	// ... and a request handler loads it once per batch and routes with it.
+	snap := r.Load()
+	self := snap.IndexOf("node-a")
+	for _, key := range []string{"account:1", "account:2", "account:3", "account:4"} {
+		fmt.Println(key, "local:", snap.OwnerIndex(key) == self, "version:", snap.Version())
+	}
+	// Output:
+	// true
+	// account:1 local: false version: 7
+	// account:2 local: false version: 7
+	// account:3 local: false version: 7
+	// account:4 local: true version: 7
+}
+
+func ExampleSnapshot_Shares() {
+	s, err := ring.New([]ring.Member{{Name: "node-a"}, {Name: "node-b"}}, 1, ring.Config{})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	shares := s.Shares()
+	fmt.Printf("node-a %.3f, node-b %.3f\n", shares["node-a"], shares["node-b"])
+	// Output:
+	// node-a 0.525, node-b 0.475
+}
