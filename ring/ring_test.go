@@ -53,7 +53,7 @@ func TestRingConcurrentLoadStore(t *testing.T) {
 	errs := make(chan string, 4)
 	for g := range 4 {
 		wg.Go(func() {
-			for i := 0; !stop.Load(); i++ {
+			for i := 0; i < 1000 || !stop.Load(); i++ { // overlap the writer, however it is scheduled
 				s := r.Load()
 				k := "account:" + strconv.Itoa(g*1_000_000+i)
 				idx, owner := s.OwnerIndex(k), s.Owner(k)

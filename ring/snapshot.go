@@ -13,7 +13,8 @@ import (
 // ErrNoMembers is returned by New for an empty member list.
 var ErrNoMembers = errors.New("ring: no members")
 
-// Member is one node as the ring sees it.
+// Member is one node as the ring sees it. Name must be non-empty and unique
+// within a member list.
 type Member struct {
 	Name string // unique node name; the identity on the ring (several nodes may share an IP)
 	Addr string // gRPC address peers use to reach it; opaque to the ring
