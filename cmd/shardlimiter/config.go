@@ -1,0 +1,182 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/shardlimiter/shardlimiter/peer"
+)
+
+// envPrefix prefixes the environment variable of every flag:
+// --grpc-addr is also read from SHARDLIMITER_GRPC_ADDR.
+const envPrefix = "SHARDLIMITER_"
+
+// config is the validated command line of the server.
+type config struct {
+	httpAddr      string
+	grpcAddr      string
+	gossipAddr    string
+	advertiseAddr string
+	join          []string
+	nodeName      string
+	maxKeys       int
+	maxBatch      int
+	logLevel      slog.Level
+	logFormat     string
+	failPolicy    peer.FailPolicy
+	shutdownGrace time.Duration
+	peerTimeout   time.Duration
+}
+
+// envName returns the environment variable that also sets flag name.
+func envName(flagName string) string {
+	return envPrefix + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+// newFlagSet declares the server's flags; values land in raw strings and
+// are validated by parseConfig, so flags and environment share one path.
+func newFlagSet(name string, out io.Writer) (*flag.FlagSet, map[string]*string) {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(out)
+	raw := map[string]*string{}
+	def := func(name, value, usage string) {
+		raw[name] = fs.String(name, value, usage+" (env "+envName(name)+")")
+	}
+	def("http-addr", ":8080", "HTTP listen address: JSON API, /healthz, /readyz, /metrics, /v1/cluster")
+	def("grpc-addr", ":8081", "gRPC listen address: client API and peer forwarding")
+	def("gossip-addr", ":7946", "gossip (memberlist) listen address, TCP and UDP")
+	def("advertise-addr", "", "host or IP peers use to reach this node (in Kubernetes the pod IP); default: the listen host, else the first non-loopback address")
+	def("join", "", "comma-separated host:port seeds or DNS names to join; a DNS name joins every address it resolves to; empty = cluster of one")
+	def("node-name", "", "unique node name; default: <hostname>-<advertise host>-<gossip port>")
+	def("max-keys", "1000000", "key cap of each algorithm's table; least recently used keys are evicted beyond it")
+	def("max-batch", "1000", "most checks in one GetRateLimits call")
+	def("log-level", "info", "debug, info, warn or error")
+	def("log-format", "text", "text or json")
+	def("fail-policy", "local", "when a key's owner is unreachable: local (decide here), open (admit) or closed (item error)")
+	def("shutdown-grace", "5s", "on SIGTERM: how long to keep answering after leaving the cluster, while peers re-route")
+	def("peer-timeout", "1s", "deadline of one forwarding RPC to a peer")
+	fs.Usage = func() {
+		fmt.Fprintf(out, "Usage: %s [flags]\n       %s check [flags]   (a one-off check against a server; see %s check -h)\n\nEvery flag can also be set by its environment variable.\n\nFlags:\n", name, name, name)
+		fs.PrintDefaults()
+	}
+	return fs, raw
+}
+
+// parseConfig parses args, then fills every flag not given on the command
+// line from its environment variable, then validates.
+func parseConfig(args []string, getenv func(string) string, out io.Writer) (config, error) {
+	fs, raw := newFlagSet("shardlimiter", out)
+	if err := fs.Parse(args); err != nil {
+		return config{}, err
+	}
+	if fs.NArg() > 0 {
+		return config{}, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	for name := range raw {
+		if v := getenv(envName(name)); v != "" && !set[name] {
+			*raw[name] = v
+		}
+	}
+	return validate(raw)
+}
+
+func validate(raw map[string]*string) (config, error) {
+	var errs []error
+	bad := func(name, format string, a ...any) {
+		errs = append(errs, fmt.Errorf("--%s: %s", name, fmt.Sprintf(format, a...)))
+	}
+	c := config{
+		httpAddr:      *raw["http-addr"],
+		grpcAddr:      *raw["grpc-addr"],
+		gossipAddr:    *raw["gossip-addr"],
+		advertiseAddr: *raw["advertise-addr"],
+		nodeName:      *raw["node-name"],
+		logFormat:     *raw["log-format"],
+	}
+	for _, name := range []string{"http-addr", "grpc-addr", "gossip-addr"} {
+		if _, port, err := net.SplitHostPort(*raw[name]); err != nil {
+			bad(name, "want host:port, got %q", *raw[name])
+		} else if p, err := strconv.Atoi(port); err != nil || p < 0 || p > 65535 {
+			bad(name, "bad port %q", port)
+		}
+	}
+	if a := c.advertiseAddr; a != "" && strings.ContainsAny(a, " /") {
+		bad("advertise-addr", "want a host or IP, got %q", a)
+	}
+	for _, s := range strings.Split(*raw["join"], ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			c.join = append(c.join, s)
+		}
+	}
+	var err error
+	if c.maxKeys, err = strconv.Atoi(*raw["max-keys"]); err != nil || c.maxKeys <= 0 {
+		bad("max-keys", "want a positive integer, got %q", *raw["max-keys"])
+	}
+	if c.maxBatch, err = strconv.Atoi(*raw["max-batch"]); err != nil || c.maxBatch <= 0 {
+		bad("max-batch", "want a positive integer, got %q", *raw["max-batch"])
+	}
+	if err := c.logLevel.UnmarshalText([]byte(*raw["log-level"])); err != nil {
+		bad("log-level", "want debug, info, warn or error, got %q", *raw["log-level"])
+	}
+	if c.logFormat != "text" && c.logFormat != "json" {
+		bad("log-format", "want text or json, got %q", c.logFormat)
+	}
+	if c.failPolicy, err = peer.ParseFailPolicy(*raw["fail-policy"]); err != nil {
+		bad("fail-policy", "want local, open or closed, got %q", *raw["fail-policy"])
+	}
+	if c.shutdownGrace, err = time.ParseDuration(*raw["shutdown-grace"]); err != nil || c.shutdownGrace < 0 {
+		bad("shutdown-grace", "want a duration like 5s, got %q", *raw["shutdown-grace"])
+	}
+	if c.peerTimeout, err = time.ParseDuration(*raw["peer-timeout"]); err != nil || c.peerTimeout <= 0 {
+		bad("peer-timeout", "want a positive duration like 1s, got %q", *raw["peer-timeout"])
+	}
+	return c, errors.Join(errs...)
+}
+
+// newLogger builds the process logger (stderr).
+func newLogger(c config, w io.Writer) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: c.logLevel}
+	if c.logFormat == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// advertiseHost returns the host peers use to reach this node: the flag,
+// else a specific listen host, else the first non-loopback IPv4 address,
+// else loopback.
+func advertiseHost(c config) string {
+	if c.advertiseAddr != "" {
+		return c.advertiseAddr
+	}
+	if host, _, _ := net.SplitHostPort(c.gossipAddr); host != "" && !net.ParseIP(host).IsUnspecified() {
+		return host
+	}
+	addrs, _ := net.InterfaceAddrs()
+	for _, a := range addrs {
+		if ipn, ok := a.(*net.IPNet); ok && ipn.IP.To4() != nil && !ipn.IP.IsLoopback() {
+			return ipn.IP.String()
+		}
+	}
+	return "127.0.0.1"
+}
+
+// defaultNodeName derives a name that is unique per host and gossip port,
+// so several nodes can share a host.
+func defaultNodeName(host string, gossipPort int) string {
+	h, err := os.Hostname()
+	if err != nil || h == "" {
+		h = "node"
+	}
+	return fmt.Sprintf("%s-%s-%d", h, host, gossipPort)
+}

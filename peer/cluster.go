@@ -1,0 +1,37 @@
+package peer
+
+// ClusterInfo is this node's view of the cluster, served at /v1/cluster.
+type ClusterInfo struct {
+	Node        string       `json:"node"`
+	GRPCAddr    string       `json:"grpc_addr"`
+	RingVersion uint64       `json:"ring_version"`
+	Ready       bool         `json:"ready"`
+	Leaving     bool         `json:"leaving"`
+	FailPolicy  string       `json:"fail_policy"`
+	Members     []MemberInfo `json:"members"`
+}
+
+// MemberInfo is one member of the ring.
+type MemberInfo struct {
+	Name  string  `json:"name"`
+	Addr  string  `json:"addr"`
+	Share float64 `json:"share"` // fraction of the key space it owns
+}
+
+// Cluster returns this node's view of the cluster.
+func (n *Node) Cluster() ClusterInfo {
+	v := n.view.Load()
+	shares := v.snap.Shares()
+	info := ClusterInfo{
+		Node:        n.cfg.Name,
+		GRPCAddr:    n.cfg.GRPCAddr,
+		RingVersion: v.snap.Version(),
+		Ready:       n.Ready(),
+		Leaving:     n.leaving.Load(),
+		FailPolicy:  n.cfg.FailPolicy.String(),
+	}
+	for _, m := range v.snap.Members() {
+		info.Members = append(info.Members, MemberInfo{Name: m.Name, Addr: m.Addr, Share: shares[m.Name]})
+	}
+	return info
+}

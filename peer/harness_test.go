@@ -1,0 +1,208 @@
+package peer
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/shardlimiter/shardlimiter/limit"
+	"github.com/shardlimiter/shardlimiter/ring"
+	"github.com/shardlimiter/shardlimiter/transport"
+)
+
+// eventually polls cond every 10 ms until it holds or timeout passes.
+func eventually(t *testing.T, timeout time.Duration, cond func() bool, format string, args ...any) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %v: "+format, append([]any{timeout}, args...)...)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// staticGossip is a membership the test controls: every node of a
+// testCluster sees the same member list, changed by the test.
+type staticGossip struct {
+	c       *testCluster
+	changed chan struct{}
+	left    bool
+}
+
+func (g *staticGossip) Run(ctx context.Context) error { <-ctx.Done(); return nil }
+func (g *staticGossip) Members() []ring.Member         { return g.c.members() }
+func (g *staticGossip) Changed() <-chan struct{}       { return g.changed }
+func (g *staticGossip) Joined() bool                   { return true }
+func (g *staticGossip) Leave(time.Duration) error {
+	g.c.mu.Lock()
+	g.left = true
+	g.c.mu.Unlock()
+	g.c.signal()
+	return nil
+}
+
+// testNode is one node of an in-process cluster: a Node behind a real gRPC
+// server on a loopback port.
+type testNode struct {
+	name   string
+	addr   string
+	node   *Node
+	gossip *staticGossip
+	srv    *transport.GRPCServer
+	cancel context.CancelFunc
+	done   chan struct{}
+	down   bool // server stopped (crash or leave)
+}
+
+// testCluster owns its nodes; everything stops in t.Cleanup.
+type testCluster struct {
+	t     *testing.T
+	cfg   Config
+	mu    sync.Mutex
+	nodes []*testNode
+}
+
+func newTestCluster(t *testing.T, n int, cfg Config) *testCluster {
+	t.Helper()
+	c := &testCluster{t: t, cfg: cfg}
+	for range n {
+		c.add()
+	}
+	t.Cleanup(c.stopAll)
+	return c
+}
+
+// members is the current member list: nodes up and not left.
+func (c *testCluster) members() []ring.Member {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var ms []ring.Member
+	for _, tn := range c.nodes {
+		if !tn.down && !tn.gossip.left {
+			ms = append(ms, ring.Member{Name: tn.name, Addr: tn.addr})
+		}
+	}
+	return ms
+}
+
+// signal tells every running node that membership changed.
+func (c *testCluster) signal() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, tn := range c.nodes {
+		select {
+		case tn.gossip.changed <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// add starts one more node and tells everyone.
+func (c *testCluster) add() *testNode {
+	t := c.t
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.mu.Lock()
+	tn := &testNode{name: fmt.Sprintf("node-%d", len(c.nodes)), addr: lis.Addr().String(), done: make(chan struct{})}
+	tn.gossip = &staticGossip{c: c, changed: make(chan struct{}, 1)}
+	c.nodes = append(c.nodes, tn)
+	c.mu.Unlock()
+
+	cfg := c.cfg
+	cfg.Name, cfg.GRPCAddr, cfg.Gossip = tn.name, tn.addr, tn.gossip
+	if tn.node, err = New(cfg); err != nil {
+		t.Fatal(err)
+	}
+	tn.srv = transport.NewGRPCServer(transport.GRPCConfig{Checker: tn.node, Local: transport.CheckerFunc(tn.node.CheckLocal)})
+	go tn.srv.Serve(lis)
+	ctx, cancel := context.WithCancel(context.Background())
+	tn.cancel = cancel
+	go func() { defer close(tn.done); tn.node.Run(ctx) }()
+	c.signal()
+	c.waitConverged()
+	return tn
+}
+
+// waitConverged waits until every running node's ring holds exactly the
+// current members.
+func (c *testCluster) waitConverged() {
+	c.t.Helper()
+	want := names(c.members())
+	eventually(c.t, 5*time.Second, func() bool {
+		for _, tn := range c.running() {
+			if !slices.Equal(names(tn.node.view.Load().snap.Members()), want) {
+				return false
+			}
+		}
+		return true
+	}, "rings converge on %v", want)
+}
+
+func names(ms []ring.Member) []string {
+	var out []string
+	for _, m := range ms {
+		out = append(out, m.Name)
+	}
+	return out
+}
+
+func (c *testCluster) running() []*testNode {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []*testNode
+	for _, tn := range c.nodes {
+		if !tn.down {
+			out = append(out, tn)
+		}
+	}
+	return out
+}
+
+// crash stops a node abruptly: its server and node stop without leaving;
+// the others learn it is gone only when the test signals membership.
+func (c *testCluster) crash(tn *testNode) {
+	tn.srv.Stop()
+	tn.cancel()
+	<-tn.done
+	c.mu.Lock()
+	tn.down = true
+	c.mu.Unlock()
+}
+
+// leave is a graceful departure: Leave, then stop serving.
+func (c *testCluster) leave(tn *testNode) {
+	if err := tn.node.Leave(); err != nil {
+		c.t.Errorf("Leave(%s): %v", tn.name, err)
+	}
+	tn.srv.GracefulStop()
+	tn.cancel()
+	<-tn.done
+	c.mu.Lock()
+	tn.down = true
+	c.mu.Unlock()
+}
+
+func (c *testCluster) stopAll() {
+	for _, tn := range c.running() {
+		tn.srv.Stop()
+		tn.cancel()
+		<-tn.done
+	}
+}
+
+// check sends one batch to node i's Check.
+func (c *testCluster) check(tn *testNode, checks ...limit.Check) []limit.Result {
+	c.t.Helper()
+	res, err := tn.node.Check(context.Background(), checks)
+	if err != nil {
+		c.t.Fatalf("Check on %s: %v", tn.name, err)
+	}
+	return res
+}

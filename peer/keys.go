@@ -1,0 +1,26 @@
+package peer
+
+import (
+	"encoding/binary"
+	"unsafe"
+)
+
+// keyBuf builds table keys for one batch without allocating per check.
+//
+// A table key is uvarint(len(name)) ‖ name ‖ unique_key. The length prefix
+// makes it unambiguous: name "a_b" with key "c" and name "a" with key "b_c"
+// differ in their first byte. (A separator byte would need names that cannot
+// contain it.)
+//
+// The returned string aliases the buffer and is valid only until the next
+// call. That is safe because the tables never keep the string they are
+// given: they copy it (strings.Clone) when they insert a key.
+type keyBuf struct{ b []byte }
+
+func (k *keyBuf) key(name, key string) string {
+	b := binary.AppendUvarint(k.b[:0], uint64(len(name)))
+	b = append(b, name...)
+	b = append(b, key...)
+	k.b = b
+	return unsafe.String(unsafe.SliceData(b), len(b))
+}

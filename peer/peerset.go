@@ -1,0 +1,94 @@
+package peer
+
+import (
+	"context"
+	"sync"
+
+	"github.com/shardlimiter/shardlimiter/limit"
+	"github.com/shardlimiter/shardlimiter/ring"
+	"github.com/shardlimiter/shardlimiter/transport"
+)
+
+// peerSet holds one batching client per peer, keyed by node name (never by
+// address alone: several nodes may share an IP). Clients are created on
+// first use and closed when their peer leaves the ring or changes address.
+type peerSet struct {
+	cfg     transport.PeerConfig
+	mu      sync.Mutex
+	clients map[string]*peerClient // guarded by mu
+	closed  bool                   // guarded by mu
+	closing sync.WaitGroup         // clients being closed off the lock
+}
+
+type peerClient struct {
+	addr string
+	c    *transport.PeerClient
+}
+
+// forward sends checks to owner through its client.
+func (s *peerSet) forward(ctx context.Context, owner ring.Member, checks []limit.Check) ([]limit.Result, error) {
+	c, err := s.client(owner)
+	if err != nil {
+		return nil, err
+	}
+	return c.Forward(ctx, checks)
+}
+
+func (s *peerSet) client(m ring.Member) (*transport.PeerClient, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, transport.ErrClosed
+	}
+	if pc := s.clients[m.Name]; pc != nil && pc.addr == m.Addr {
+		return pc.c, nil
+	}
+	c, err := transport.NewPeerClient(m.Addr, s.cfg)
+	if err != nil {
+		return nil, err
+	}
+	if old := s.clients[m.Name]; old != nil {
+		s.closeLocked(old)
+	}
+	if s.clients == nil {
+		s.clients = make(map[string]*peerClient)
+	}
+	s.clients[m.Name] = &peerClient{addr: m.Addr, c: c}
+	return c, nil
+}
+
+// retain closes the clients of peers that are not in members (by name and
+// address).
+func (s *peerSet) retain(members []ring.Member) {
+	keep := make(map[string]string, len(members))
+	for _, m := range members {
+		keep[m.Name] = m.Addr
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for name, pc := range s.clients {
+		if addr, ok := keep[name]; !ok || addr != pc.addr {
+			delete(s.clients, name)
+			s.closeLocked(pc)
+		}
+	}
+}
+
+// closeLocked closes pc off the lock: Close waits for the client's RPCs in
+// flight, and nothing slow may run under s.mu.
+func (s *peerSet) closeLocked(pc *peerClient) {
+	s.closing.Go(func() { pc.c.Close() })
+}
+
+// closeAll closes every client and waits until all are closed. Later
+// forwards fail with transport.ErrClosed (and the fail policy answers).
+func (s *peerSet) closeAll() {
+	s.mu.Lock()
+	s.closed = true
+	for name, pc := range s.clients {
+		delete(s.clients, name)
+		s.closeLocked(pc)
+	}
+	s.mu.Unlock()
+	s.closing.Wait()
+}
