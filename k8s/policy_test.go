@@ -1,0 +1,192 @@
+package manifests
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/intstr"
+)
+
+// Checks of what the cluster enforces around the limiter container: its
+// security context, resources, network policy and disruption budget.
+
+func checkSecurity(t *testing.T, _ *rendered, p *limiterPod, _ overlayWant) {
+	sc := p.Container.SecurityContext
+	if sc == nil {
+		t.Fatal("limiter has no securityContext")
+	}
+	pod := p.Template.Spec.SecurityContext
+	if pod == nil {
+		pod = &corev1.PodSecurityContext{}
+	}
+	runAsNonRoot := cmpOr(sc.RunAsNonRoot, pod.RunAsNonRoot)
+	runAsUser := cmpOr(sc.RunAsUser, pod.RunAsUser)
+	seccomp := cmpOr(sc.SeccompProfile, pod.SeccompProfile)
+	if runAsNonRoot == nil || !*runAsNonRoot {
+		t.Error("runAsNonRoot is not true")
+	}
+	if runAsUser == nil || *runAsUser != 65532 {
+		t.Errorf("runAsUser = %v, want 65532 (the image's USER)", deref(runAsUser))
+	}
+	if sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem {
+		t.Error("readOnlyRootFilesystem is not true")
+	}
+	if sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
+		t.Error("allowPrivilegeEscalation is not false")
+	}
+	if sc.Privileged != nil && *sc.Privileged {
+		t.Error("privileged is true")
+	}
+	if sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) || len(sc.Capabilities.Add) > 0 {
+		t.Errorf("capabilities = %+v, want drop [ALL] and no add", sc.Capabilities)
+	}
+	if seccomp == nil || seccomp.Type != corev1.SeccompProfileTypeRuntimeDefault {
+		t.Errorf("seccompProfile = %+v, want RuntimeDefault", seccomp)
+	}
+}
+
+func cmpOr[T any](a, b *T) *T {
+	if a != nil {
+		return a
+	}
+	return b
+}
+
+func deref[T any](p *T) any {
+	if p == nil {
+		return nil
+	}
+	return *p
+}
+
+// checkResources: requests and limits set, and the Go runtime's soft memory
+// limit below the container's hard one.
+func checkResources(t *testing.T, _ *rendered, p *limiterPod, _ overlayWant) {
+	res := p.Container.Resources
+	for _, name := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
+		req, okReq := res.Requests[name]
+		lim, okLim := res.Limits[name]
+		if !okReq || !okLim {
+			t.Errorf("%s: request set %v, limit set %v, want both", name, okReq, okLim)
+			continue
+		}
+		if req.Cmp(lim) > 0 {
+			t.Errorf("%s request %s > limit %s", name, req.String(), lim.String())
+		}
+	}
+	v, ok := p.Env["GOMEMLIMIT"]
+	if !ok {
+		t.Fatal("GOMEMLIMIT is not set: the Go heap may grow into the memory limit")
+	}
+	soft, err := goMemLimit(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hard := res.Limits[corev1.ResourceMemory]
+	if soft >= hard.Value() || soft < hard.Value()/2 {
+		t.Errorf("GOMEMLIMIT = %s (%d bytes), want between half the memory limit and the limit %s", v, soft, hard.String())
+	}
+	if q := resource.NewQuantity(soft, resource.BinarySI); q.Cmp(res.Requests[corev1.ResourceMemory]) < 0 {
+		t.Logf("note: GOMEMLIMIT %s is below the memory request", q.String())
+	}
+}
+
+// checkNetworkPolicy: a policy selects the limiter pods, gossip is open to
+// members only, and gRPC (client and peer API) stays open to everyone.
+func checkNetworkPolicy(t *testing.T, r *rendered, p *limiterPod, _ overlayWant) {
+	var mine []*networkingv1.NetworkPolicy
+	for _, np := range r.NetworkPolicies {
+		if selectsLabelSelector(t, &np.Spec.PodSelector, p.Template.Labels) {
+			mine = append(mine, np)
+		}
+	}
+	if len(mine) == 0 {
+		t.Fatalf("no NetworkPolicy selects the limiter pods (labels %v)", p.Template.Labels)
+	}
+	gossip := map[corev1.Protocol]bool{}
+	grpcOpen := false
+	for _, np := range mine {
+		for _, rule := range np.Spec.Ingress {
+			for _, proto := range []corev1.Protocol{corev1.ProtocolTCP, corev1.ProtocolUDP} {
+				if !ruleAllowsPort(rule, p, "gossip-"+strings.ToLower(string(proto)), proto) {
+					continue
+				}
+				if !fromMembersOnly(t, rule, p) {
+					t.Errorf("NetworkPolicy %s lets non-members reach gossip %s: %+v", np.Name, proto, rule.From)
+				}
+				gossip[proto] = true
+			}
+			if len(rule.From) == 0 && ruleAllowsPort(rule, p, "grpc", corev1.ProtocolTCP) {
+				grpcOpen = true
+			}
+		}
+	}
+	if !gossip[corev1.ProtocolTCP] || !gossip[corev1.ProtocolUDP] {
+		t.Errorf("gossip allowed for TCP %v, UDP %v; want both, from members", gossip[corev1.ProtocolTCP], gossip[corev1.ProtocolUDP])
+	}
+	if !grpcOpen {
+		t.Error("the gRPC port is not open to all sources: applications could not call the limiter")
+	}
+}
+
+// ruleAllowsPort reports whether rule admits traffic to the limiter's
+// container port named portName.
+func ruleAllowsPort(rule networkingv1.NetworkPolicyIngressRule, p *limiterPod, portName string, proto corev1.Protocol) bool {
+	cp, ok := p.port(intstr.FromString(portName), proto)
+	if !ok {
+		return false
+	}
+	if len(rule.Ports) == 0 {
+		return true
+	}
+	for _, np := range rule.Ports {
+		npProto := corev1.ProtocolTCP
+		if np.Protocol != nil {
+			npProto = *np.Protocol
+		}
+		switch {
+		case npProto != proto:
+		case np.Port == nil:
+			return true
+		case np.Port.Type == intstr.String && np.Port.StrVal == cp.Name:
+			return true
+		case np.Port.Type == intstr.Int && np.EndPort == nil && np.Port.IntVal == cp.ContainerPort:
+			return true
+		case np.Port.Type == intstr.Int && np.EndPort != nil && np.Port.IntVal <= cp.ContainerPort && cp.ContainerPort <= *np.EndPort:
+			return true
+		}
+	}
+	return false
+}
+
+func fromMembersOnly(t *testing.T, rule networkingv1.NetworkPolicyIngressRule, p *limiterPod) bool {
+	if len(rule.From) == 0 {
+		return false
+	}
+	for _, peer := range rule.From {
+		if peer.IPBlock != nil || peer.NamespaceSelector != nil || peer.PodSelector == nil {
+			return false
+		}
+		if !selectsLabelSelector(t, peer.PodSelector, p.Template.Labels) {
+			return false
+		}
+	}
+	return true
+}
+
+func checkPDB(t *testing.T, r *rendered, p *limiterPod, _ overlayWant) {
+	if len(r.PDBs) != 1 {
+		t.Fatalf("found %d PodDisruptionBudgets, want 1", len(r.PDBs))
+	}
+	pdb := r.PDBs[0]
+	if !selectsLabelSelector(t, pdb.Spec.Selector, p.Template.Labels) {
+		t.Errorf("PodDisruptionBudget %s does not select the limiter pods", pdb.Name)
+	}
+	if mu := pdb.Spec.MaxUnavailable; mu == nil || mu.String() != "1" || pdb.Spec.MinAvailable != nil {
+		t.Errorf("PodDisruptionBudget %s: maxUnavailable %v, minAvailable %v; want maxUnavailable 1 only", pdb.Name, mu, pdb.Spec.MinAvailable)
+	}
+}
