@@ -1,0 +1,248 @@
+package transport
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/shardlimiter/shardlimiter/limit"
+	"github.com/shardlimiter/shardlimiter/transport/pb"
+)
+
+// The batcher of PeerClient: how concurrent callers share RPCs.
+//
+// Each Forward call becomes a call (its checks in wire form, its results,
+// a done channel) and one segment in pending, the queue of checks accepted
+// but not sent. There are maxInFlight RPC slots. The rule is:
+//
+//   - a send starts at once while a slot is free: the caller that finds one
+//     sends its own checks in its own goroutine (no hand-off, no timer, no
+//     added latency when the owner is idle);
+//   - while every slot is busy, new checks wait in pending;
+//   - a sender whose RPC returns keeps its slot if pending is not empty and
+//     sends the next batch: up to maxBatch checks taken from the front of
+//     pending, whatever calls they belong to. That is where the checks of
+//     concurrent callers merge.
+//
+// Hence the invariant, true whenever mu is free: pending is empty unless all
+// slots are busy. An inline sender whose RPC returns hands its slot to a new
+// goroutine when there is more to send, so that a caller never works for
+// others after its own checks are answered. Goroutines exist per busy slot,
+// never per check.
+//
+// Every accepted check is in exactly one place: in pending, in exactly one
+// batch, or answered. A segment leaves pending only by being taken into a
+// batch (answered by that RPC's outcome), failed by Close, or dropped by
+// abandon when its caller has gone. A call's done is closed once, by whoever
+// answers its last check; nobody ever sends on it.
+
+// call is one Forward: its checks in wire form and their answers.
+type call struct {
+	reqs    []*pb.RateLimitRequest
+	results []limit.Result
+	// left counts checks not yet answered; whoever takes it to zero closes done.
+	left atomic.Int64
+	done chan struct{}
+	err  atomic.Pointer[error] // first failure
+}
+
+// newCall converts checks in the caller's goroutine: the conversion runs in
+// parallel across callers and the call does not retain the caller's slice.
+func newCall(checks []limit.Check) *call {
+	n := len(checks)
+	cl := &call{
+		reqs:    make([]*pb.RateLimitRequest, n),
+		results: make([]limit.Result, n),
+		done:    make(chan struct{}),
+	}
+	msgs := make([]pb.RateLimitRequest, n)
+	for i := range checks {
+		checkToProto(&checks[i], &msgs[i])
+		cl.reqs[i] = &msgs[i]
+	}
+	cl.left.Store(int64(n))
+	return cl
+}
+
+// answered records that n more checks of cl have their result.
+func (cl *call) answered(n int) {
+	if cl.left.Add(-int64(n)) == 0 {
+		close(cl.done)
+	}
+}
+
+func (cl *call) failure() error {
+	if p := cl.err.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// segment is the checks [lo, hi) of a call.
+type segment struct {
+	call   *call
+	lo, hi int
+}
+
+// fail answers the segment's checks with err.
+func (s segment) fail(err error) {
+	r := limit.Result{Error: err.Error(), Reason: limit.Unavailable}
+	for i := s.lo; i < s.hi; i++ {
+		s.call.results[i] = r
+	}
+	s.call.err.CompareAndSwap(nil, &err)
+	s.call.answered(s.hi - s.lo)
+}
+
+// batch is the checks of one RPC. Pooled with its slices.
+type batch struct {
+	segs []segment
+	reqs []*pb.RateLimitRequest
+	n    int
+}
+
+var batchPool = sync.Pool{New: func() any { return new(batch) }}
+
+// startLocked fills free slots from pending. The first batch is returned for
+// the caller to send inline; any further one (a call larger than maxBatch)
+// gets a goroutine.
+func (c *PeerClient) startLocked() (inline *batch) {
+	for len(c.pending) > 0 && c.inFlight < c.maxInFlight {
+		b := c.takeLocked()
+		c.inFlight++
+		c.sends.Add(1)
+		if inline == nil {
+			inline = b
+		} else {
+			go c.run(b)
+		}
+	}
+	return inline
+}
+
+// takeLocked takes up to maxBatch checks from the front of pending,
+// splitting a segment if it does not fit whole.
+func (c *PeerClient) takeLocked() *batch {
+	b := batchPool.Get().(*batch)
+	room, k := c.maxBatch, 0
+	for ; k < len(c.pending) && room > 0; k++ {
+		s := &c.pending[k]
+		if n := s.hi - s.lo; n > room {
+			b.segs = append(b.segs, segment{call: s.call, lo: s.lo, hi: s.lo + room})
+			b.n += room
+			s.lo += room
+			break // s stays in pending with what is left
+		}
+		b.segs = append(b.segs, *s)
+		b.n += s.hi - s.lo
+		room -= s.hi - s.lo
+	}
+	rest := copy(c.pending, c.pending[k:])
+	clear(c.pending[rest:])
+	c.pending = c.pending[:rest]
+	return b
+}
+
+// nextLocked is called by a sender whose RPC returned: it keeps the slot
+// for the next batch, or frees it when nothing is pending (always the case
+// once closed).
+func (c *PeerClient) nextLocked() *batch {
+	if len(c.pending) > 0 {
+		return c.takeLocked()
+	}
+	c.inFlight--
+	return nil
+}
+
+// runInline sends b in the caller's goroutine, then hands the slot on to a
+// goroutine if more is pending.
+func (c *PeerClient) runInline(ctx context.Context, b *batch) {
+	c.send(ctx, b)
+	c.mu.Lock()
+	next := c.nextLocked()
+	c.mu.Unlock()
+	if next != nil {
+		go c.run(next) // inherits the slot and the sends count
+		return
+	}
+	c.sends.Done()
+}
+
+// run sends b, then keeps the slot while pending has checks.
+func (c *PeerClient) run(b *batch) {
+	defer c.sends.Done()
+	for b != nil {
+		c.send(c.closing, b)
+		c.mu.Lock()
+		b = c.nextLocked()
+		c.mu.Unlock()
+	}
+}
+
+// abandon drops cl's pending segments: its caller has gone. Segments in
+// flight still complete into cl, which nobody reads any more.
+func (c *PeerClient) abandon(cl *call) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	kept := c.pending[:0]
+	for _, s := range c.pending {
+		if s.call != cl {
+			kept = append(kept, s)
+		}
+	}
+	clear(c.pending[len(kept):])
+	c.pending = kept
+}
+
+// send performs one RPC for b and answers its checks, then recycles b.
+// parent is the caller's context for an inline send, else c.closing; the
+// RPC ends at Timeout, when parent ends, or when Close is called.
+func (c *PeerClient) send(parent context.Context, b *batch) {
+	for _, s := range b.segs {
+		b.reqs = append(b.reqs, s.call.reqs[s.lo:s.hi]...)
+	}
+	ctx, cancel := context.WithTimeout(parent, c.timeout)
+	stop := func() bool { return false }
+	if parent != c.closing {
+		stop = context.AfterFunc(c.closing, cancel)
+	}
+	start := time.Now()
+	resp, err := c.peers.ForwardRateLimits(ctx, &pb.ForwardRateLimitsRequest{Requests: b.reqs})
+	elapsed := time.Since(start)
+	stop()
+	cancel()
+
+	kind := -1
+	if err == nil && len(resp.GetResponses()) != b.n {
+		err = fmt.Errorf("transport: owner answered %d of %d checks", len(resp.GetResponses()), b.n)
+	}
+	if err != nil {
+		kind, err = c.classify(parent, err)
+		for _, s := range b.segs {
+			s.fail(err)
+		}
+	} else {
+		b.deliver(resp.GetResponses())
+	}
+	c.metrics.peerRPC(b.n, elapsed, kind)
+
+	clear(b.segs)
+	clear(b.reqs)
+	b.segs, b.reqs, b.n = b.segs[:0], b.reqs[:0], 0
+	batchPool.Put(b)
+}
+
+// deliver answers b's checks from the owner's responses, in order.
+func (b *batch) deliver(resps []*pb.RateLimitResponse) {
+	off := 0
+	for _, s := range b.segs {
+		res := s.call.results
+		for i := s.lo; i < s.hi; i++ {
+			res[i] = resultFromProto(resps[off])
+			off++
+		}
+		s.call.answered(s.hi - s.lo)
+	}
+}

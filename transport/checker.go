@@ -1,0 +1,107 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strconv"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/shardlimiter/shardlimiter/limit"
+)
+
+// Checker decides a batch. results[i] answers checks[i]; every item gets a
+// Result (per-item problems go in Result.Error/Reason). A non-nil error fails
+// the whole call (e.g. limit-level shutdown) and is mapped to a status code
+// here (see [Code]).
+//
+// Check is called concurrently from many RPCs. It must not retain checks
+// after it returns: the servers reuse that memory for the next call. It owns
+// nothing of the returned results once it has returned them.
+type Checker interface {
+	Check(ctx context.Context, checks []limit.Check) ([]limit.Result, error)
+}
+
+// CheckerFunc adapts a function to [Checker].
+type CheckerFunc func(ctx context.Context, checks []limit.Check) ([]limit.Result, error)
+
+// Check calls f.
+func (f CheckerFunc) Check(ctx context.Context, checks []limit.Check) ([]limit.Result, error) {
+	return f(ctx, checks)
+}
+
+// Errors that classify a failed call. A [Checker] returns one of them
+// (wrapped with %w or bare) to choose the status of the whole call; the
+// clients of this package wrap them so that callers can tell the failure
+// kinds apart with errors.Is.
+var (
+	// ErrShuttingDown: the node is leaving and answers no more checks.
+	// Answered with codes.Unavailable / HTTP 503 so that clients retry elsewhere.
+	ErrShuttingDown = errors.New("transport: shutting down")
+	// ErrUnavailable: the other end could not be reached or refused the call.
+	ErrUnavailable = errors.New("transport: unavailable")
+	// ErrTimeout: the call did not complete in time.
+	ErrTimeout = errors.New("transport: timed out")
+	// ErrClosed: the peer client was closed before the check was answered.
+	ErrClosed = errors.New("transport: peer client closed")
+)
+
+// batchError rejects a whole call whose batch holds too many items.
+type batchError struct{ n, max int }
+
+func (e *batchError) Error() string {
+	return "transport: batch of " + strconv.Itoa(e.n) + " items exceeds the limit of " + strconv.Itoa(e.max)
+}
+
+// Code returns the gRPC status code a server answers a failed call with:
+//
+//	nil                                      OK
+//	batch over MaxBatch, malformed request   InvalidArgument
+//	ErrShuttingDown, ErrUnavailable,
+//	ErrClosed                                Unavailable
+//	ErrTimeout, context.DeadlineExceeded     DeadlineExceeded
+//	context.Canceled                         Canceled
+//	an error carrying a gRPC status          that status's code
+//	anything else                            Internal
+func Code(err error) codes.Code {
+	var be *batchError
+	switch {
+	case err == nil:
+		return codes.OK
+	case errors.As(err, &be):
+		return codes.InvalidArgument
+	case errors.Is(err, ErrShuttingDown), errors.Is(err, ErrUnavailable), errors.Is(err, ErrClosed):
+		return codes.Unavailable
+	case errors.Is(err, ErrTimeout), errors.Is(err, context.DeadlineExceeded):
+		return codes.DeadlineExceeded
+	case errors.Is(err, context.Canceled):
+		return codes.Canceled
+	}
+	if s, ok := status.FromError(err); ok && s.Code() != codes.Unknown {
+		return s.Code()
+	}
+	return codes.Internal
+}
+
+// httpStatus maps a gRPC code to the HTTP status of the JSON API.
+func httpStatus(c codes.Code) int {
+	switch c {
+	case codes.OK:
+		return http.StatusOK
+	case codes.InvalidArgument:
+		return http.StatusBadRequest
+	case codes.Unavailable:
+		return http.StatusServiceUnavailable
+	case codes.DeadlineExceeded:
+		return http.StatusGatewayTimeout
+	case codes.Canceled:
+		return 499 // client closed request (nginx); nobody reads it
+	case codes.Unimplemented:
+		return http.StatusNotImplemented
+	case codes.ResourceExhausted:
+		return http.StatusTooManyRequests
+	}
+	return http.StatusInternalServerError
+}

@@ -1,0 +1,73 @@
+package transport
+
+import (
+	"context"
+	"fmt"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/shardlimiter/shardlimiter/limit"
+	"github.com/shardlimiter/shardlimiter/transport/pb"
+)
+
+// Client is the public client of the RateLimiter service, for tools and
+// applications written in Go. It is safe for concurrent use.
+type Client struct {
+	addr string
+	conn *grpc.ClientConn
+	rpc  pb.RateLimiterClient
+}
+
+// Dial prepares a client for the server at addr (host:port or any gRPC
+// target). It connects lazily. opts follow the default (plaintext
+// credentials), so they can override it.
+func Dial(addr string, opts ...grpc.DialOption) (*Client, error) {
+	opts = append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, opts...)
+	conn, err := grpc.NewClient(addr, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("transport: dial %s: %w", addr, err)
+	}
+	return &Client{addr: addr, conn: conn, rpc: pb.NewRateLimiterClient(conn)}, nil
+}
+
+// GetRateLimits asks the server to decide checks and returns one Result per
+// check, in order. Per-item failures are in Result.Error and Result.Reason.
+// The error reports a failed call: errors.Is(err, ErrUnavailable) or
+// ErrTimeout tell the common kinds apart; status.Code(err) gives the gRPC
+// code of any other.
+func (c *Client) GetRateLimits(ctx context.Context, checks []limit.Check) ([]limit.Result, error) {
+	msgs := make([]pb.RateLimitRequest, len(checks))
+	reqs := make([]*pb.RateLimitRequest, len(checks))
+	for i := range checks {
+		checkToProto(&checks[i], &msgs[i])
+		reqs[i] = &msgs[i]
+	}
+	resp, err := c.rpc.GetRateLimits(ctx, &pb.GetRateLimitsRequest{Requests: reqs})
+	if err != nil {
+		return nil, c.classify(err)
+	}
+	if len(resp.GetResponses()) != len(checks) {
+		return nil, fmt.Errorf("transport: %s answered %d of %d checks", c.addr, len(resp.GetResponses()), len(checks))
+	}
+	results := make([]limit.Result, len(checks))
+	for i, r := range resp.GetResponses() {
+		results[i] = resultFromProto(r)
+	}
+	return results, nil
+}
+
+func (c *Client) classify(err error) error {
+	switch status.Code(err) {
+	case codes.Unavailable:
+		return fmt.Errorf("transport: %s: %w: %w", c.addr, ErrUnavailable, err)
+	case codes.DeadlineExceeded:
+		return fmt.Errorf("transport: %s: %w: %w", c.addr, ErrTimeout, err)
+	}
+	return fmt.Errorf("transport: %s: %w", c.addr, err)
+}
+
+// Close closes the connection; calls in flight fail.
+func (c *Client) Close() error { return c.conn.Close() }

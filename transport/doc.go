@@ -1,0 +1,22 @@
+// Package transport implements shardlimiter's wire: the shardlimiter.v1
+// protobuf API served over gRPC and HTTP/JSON, and the batching gRPC client a
+// node uses to forward checks to the owner of their key.
+//
+// The model is a batch in, a batch out. A server converts each wire request
+// to a [limit.Check], hands the checks that converted to a [Checker] (the
+// node) and answers every item in order: the Checker's [limit.Result] for the
+// items it saw, a per-item error for those that did not convert. Protobuf
+// types stop here; everything outside speaks the limit vocabulary. Status
+// codes, gRPC and HTTP alike, are decided in this package alone (see [Code]).
+//
+// Two services share one gRPC port: RateLimiter for clients and Peers for
+// nodes. Peers is answered by a second Checker, the node's local-only path,
+// so a check is forwarded at most once. [PeerClient] is the other end of
+// Peers: it merges the checks of concurrent callers bound for one owner into
+// shared RPCs without adding latency when the owner is idle (see batcher.go).
+// [Client] is the public client of RateLimiter.
+//
+// Concurrency: servers, clients and [Metrics] are safe for concurrent use.
+// Constructors start no goroutine; a [PeerClient] runs goroutines only while
+// RPCs are in flight and none after Close returns.
+package transport

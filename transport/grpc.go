@@ -1,0 +1,171 @@
+package transport
+
+import (
+	"context"
+	"net"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/health"
+	healthgrpc "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/status"
+
+	"github.com/shardlimiter/shardlimiter/transport/pb"
+)
+
+// GRPCConfig configures a GRPCServer.
+type GRPCConfig struct {
+	// Checker answers shardlimiter.v1.RateLimiter (clients). Without one the
+	// service answers Unavailable.
+	Checker Checker
+	// Local answers shardlimiter.v1.Peers (other nodes). It must decide
+	// locally and never forward again, so that a check takes one hop at
+	// most. Nil: Peers answers Unimplemented.
+	Local Checker
+	// MaxBatch bounds the items of one call; a larger batch fails the whole
+	// call with InvalidArgument. Zero means DefaultMaxBatch (1000). Larger
+	// batches amortize more per-call cost but hold more memory per call.
+	MaxBatch int
+	// Metrics records every call; nil records nothing.
+	Metrics *Metrics
+	// ServerOptions are passed to grpc.NewServer (credentials, keepalive,
+	// interceptors, message size limits).
+	ServerOptions []grpc.ServerOption
+}
+
+// GRPCServer serves RateLimiter, Peers, grpc.health.v1.Health and server
+// reflection on one port. Health reports NOT_SERVING until SetServing(true).
+// Its methods are safe for concurrent use.
+type GRPCServer struct {
+	srv    *grpc.Server
+	health *health.Server
+	// stopWatches ends health Watch streams, which would otherwise keep
+	// GracefulStop waiting for as long as a client watches.
+	stopWatches context.Context
+	stop        context.CancelFunc
+}
+
+// Service names, as registered and as reported by health and reflection.
+const (
+	RateLimiterService = "shardlimiter.v1.RateLimiter"
+	PeersService       = "shardlimiter.v1.Peers"
+)
+
+// NewGRPCServer builds the server; it starts nothing until Serve.
+func NewGRPCServer(cfg GRPCConfig) *GRPCServer {
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &GRPCServer{
+		srv:         grpc.NewServer(cfg.ServerOptions...),
+		health:      health.NewServer(),
+		stopWatches: ctx,
+		stop:        cancel,
+	}
+	pb.RegisterRateLimiterServer(s.srv, &rateLimiterServer{h: newBatchHandler(cfg.Checker, cfg)})
+	peers := &peersServer{}
+	if cfg.Local != nil {
+		peers.h = newBatchHandler(cfg.Local, cfg)
+	}
+	pb.RegisterPeersServer(s.srv, peers)
+	healthgrpc.RegisterHealthServer(s.srv, &healthServer{Server: s.health, stop: ctx})
+	reflection.Register(s.srv)
+	s.SetServing(false)
+	return s
+}
+
+func newBatchHandler(c Checker, cfg GRPCConfig) *batchHandler {
+	h := &batchHandler{checker: c, maxBatch: cfg.MaxBatch, metrics: cfg.Metrics}
+	h.setDefaults()
+	return h
+}
+
+// Serve accepts connections on lis until Stop or GracefulStop; it then
+// returns nil, and a non-nil error if lis failed.
+func (s *GRPCServer) Serve(lis net.Listener) error { return s.srv.Serve(lis) }
+
+// SetServing sets the health status of the server and of both services:
+// SERVING or NOT_SERVING. After GracefulStop or Stop it has no effect.
+func (s *GRPCServer) SetServing(serving bool) {
+	st := healthgrpc.HealthCheckResponse_NOT_SERVING
+	if serving {
+		st = healthgrpc.HealthCheckResponse_SERVING
+	}
+	for _, name := range []string{"", RateLimiterService, PeersService} {
+		s.health.SetServingStatus(name, st)
+	}
+}
+
+// GracefulStop reports NOT_SERVING, ends health watches, stops accepting
+// connections and returns once every accepted RPC has been answered.
+func (s *GRPCServer) GracefulStop() {
+	s.health.Shutdown()
+	s.stop()
+	s.srv.GracefulStop()
+}
+
+// Stop closes every connection at once; RPCs in flight fail with Unavailable.
+func (s *GRPCServer) Stop() {
+	s.health.Shutdown()
+	s.stop()
+	s.srv.Stop()
+}
+
+// rateLimiterServer is the client-facing service.
+type rateLimiterServer struct {
+	pb.UnimplementedRateLimiterServer
+	h *batchHandler
+}
+
+func (s *rateLimiterServer) GetRateLimits(ctx context.Context, req *pb.GetRateLimitsRequest) (*pb.GetRateLimitsResponse, error) {
+	start := time.Now()
+	resps, err := s.h.decide(ctx, req.GetRequests())
+	code := Code(err)
+	s.h.metrics.observeGRPC(methodGet, code, len(req.GetRequests()), time.Since(start))
+	if err != nil {
+		return nil, status.Error(code, err.Error())
+	}
+	return &pb.GetRateLimitsResponse{Responses: resps}, nil
+}
+
+// peersServer is the node-to-node service; h is nil when no Local checker
+// was configured.
+type peersServer struct {
+	pb.UnimplementedPeersServer
+	h *batchHandler
+}
+
+func (s *peersServer) ForwardRateLimits(ctx context.Context, req *pb.ForwardRateLimitsRequest) (*pb.ForwardRateLimitsResponse, error) {
+	if s.h == nil {
+		return nil, status.Error(codes.Unimplemented, "transport: this node does not answer peers")
+	}
+	start := time.Now()
+	resps, err := s.h.decide(ctx, req.GetRequests())
+	code := Code(err)
+	s.h.metrics.observeGRPC(methodForward, code, len(req.GetRequests()), time.Since(start))
+	if err != nil {
+		return nil, status.Error(code, err.Error())
+	}
+	return &pb.ForwardRateLimitsResponse{Responses: resps}, nil
+}
+
+// healthServer is the standard health service whose Watch streams also end
+// when the server stops.
+type healthServer struct {
+	*health.Server
+	stop context.Context
+}
+
+func (h *healthServer) Watch(in *healthgrpc.HealthCheckRequest, stream healthgrpc.Health_WatchServer) error {
+	ctx, cancel := context.WithCancel(stream.Context())
+	defer cancel()
+	defer context.AfterFunc(h.stop, cancel)()
+	return h.Server.Watch(in, watchStream{Health_WatchServer: stream, ctx: ctx})
+}
+
+type watchStream struct {
+	healthgrpc.Health_WatchServer
+	ctx context.Context
+}
+
+func (w watchStream) Context() context.Context { return w.ctx }

@@ -1,0 +1,325 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	healthgrpc "google.golang.org/grpc/health/grpc_health_v1"
+	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/shardlimiter/shardlimiter/limit"
+	"github.com/shardlimiter/shardlimiter/transport/pb"
+)
+
+// dialConn returns a raw connection to a bufconn server.
+func dialConn(t testing.TB, target string, dialer grpc.DialOption) *grpc.ClientConn {
+	t.Helper()
+	c := dialClient(t, target, dialer)
+	return c.conn
+}
+
+func wireReq(key string, hits int64, edit func(*pb.RateLimitRequest)) *pb.RateLimitRequest {
+	r := &pb.RateLimitRequest{Name: "rule", UniqueKey: key, Hits: hits, Limit: 10, DurationMs: 1000}
+	if edit != nil {
+		edit(r)
+	}
+	return r
+}
+
+func TestGRPCGetRateLimits(t *testing.T) {
+	t.Parallel()
+	zeroDuration := func(r *pb.RateLimitRequest) { r.DurationMs = 0 }
+	badAlgorithm := func(r *pb.RateLimitRequest) { r.Algorithm = 9 }
+	under := func(key string, remaining int64) *pb.RateLimitResponse {
+		return &pb.RateLimitResponse{Status: pb.Status_UNDER_LIMIT, Limit: 10, Remaining: remaining,
+			ResetTimeMs: 1_700_000_000_124, Metadata: map[string]string{"owner": "node-a"}}
+	}
+	invalid := func(msg string) *pb.RateLimitResponse {
+		return &pb.RateLimitResponse{Status: pb.Status_OVER_LIMIT, Limit: 10, Error: msg,
+			Metadata: map[string]string{"reason": "invalid_argument"}}
+	}
+	tests := []struct {
+		name      string
+		reqs      []*pb.RateLimitRequest
+		want      []*pb.RateLimitResponse
+		wantCheck [][]string // keys of the batches the Checker got
+	}{
+		{name: "empty", wantCheck: nil},
+		{name: "in order", reqs: []*pb.RateLimitRequest{wireReq("a", 1, nil), wireReq("b", 20, nil), wireReq("c", 3, nil)},
+			want: []*pb.RateLimitResponse{under("a", 9), {Status: pb.Status_OVER_LIMIT, Limit: 10, RetryAfterMs: -1,
+				ResetTimeMs: 1_700_000_000_124, Metadata: map[string]string{"owner": "node-a"}}, under("c", 7)},
+			wantCheck: [][]string{{"a", "b", "c"}}},
+		{name: "bad items answered in place", reqs: []*pb.RateLimitRequest{wireReq("x", 1, zeroDuration),
+			wireReq("a", 1, nil), wireReq("y", 1, badAlgorithm), wireReq("b", 2, nil), wireReq("z", 1, zeroDuration)},
+			want: []*pb.RateLimitResponse{invalid("duration_ms must be > 0, got 0"), under("a", 9),
+				invalid("unknown algorithm 9"), under("b", 8), invalid("duration_ms must be > 0, got 0")},
+			wantCheck: [][]string{{"a", "b"}}},
+		{name: "all bad never reach the checker", reqs: []*pb.RateLimitRequest{wireReq("x", 1, badAlgorithm)},
+			want: []*pb.RateLimitResponse{invalid("unknown algorithm 9")}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			fake := &fakeChecker{owner: "node-a"}
+			_, target, dialer := startGRPC(t, GRPCConfig{Checker: fake})
+			rpc := pb.NewRateLimiterClient(dialConn(t, target, dialer))
+			resp, err := rpc.GetRateLimits(ctxTimeout(t), &pb.GetRateLimitsRequest{Requests: tt.reqs})
+			if err != nil {
+				t.Fatalf("GetRateLimits(%s) = %v", tt.name, err)
+			}
+			got := resp.GetResponses()
+			if len(got) != len(tt.want) {
+				t.Fatalf("GetRateLimits(%s) answered %d items, want %d", tt.name, len(got), len(tt.want))
+			}
+			for i := range got {
+				if !proto.Equal(got[i], tt.want[i]) {
+					t.Errorf("GetRateLimits(%s)[%d] = %v, want %v", tt.name, i, got[i], tt.want[i])
+				}
+			}
+			if keys := batchKeys(fake.got()); !slices.EqualFunc(keys, tt.wantCheck, slices.Equal) {
+				t.Errorf("Checker got %q, want %q", keys, tt.wantCheck)
+			}
+		})
+	}
+}
+
+func batchKeys(calls [][]limit.Check) [][]string {
+	var out [][]string
+	for _, c := range calls {
+		var keys []string
+		for _, ch := range c {
+			keys = append(keys, ch.Key)
+		}
+		out = append(out, keys)
+	}
+	return out
+}
+
+func TestGRPCCallErrors(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name     string
+		maxBatch int
+		items    int
+		checker  Checker
+		want     codes.Code
+		wantIs   error // a sentinel Client errors must match, if any
+	}{
+		{name: "batch at limit", maxBatch: 3, items: 3, checker: &fakeChecker{}, want: codes.OK},
+		{name: "batch over limit", maxBatch: 3, items: 4, checker: &fakeChecker{}, want: codes.InvalidArgument},
+		{name: "default limit", items: 1001, checker: &fakeChecker{}, want: codes.InvalidArgument},
+		{name: "shutting down", items: 1, checker: &fakeChecker{err: fmt.Errorf("node: %w", ErrShuttingDown)},
+			want: codes.Unavailable, wantIs: ErrUnavailable},
+		{name: "deadline", items: 1, checker: &fakeChecker{err: context.DeadlineExceeded},
+			want: codes.DeadlineExceeded, wantIs: ErrTimeout},
+		{name: "canceled", items: 1, checker: &fakeChecker{err: context.Canceled}, want: codes.Canceled},
+		{name: "other failure", items: 1, checker: &fakeChecker{err: errors.New("disk on fire")}, want: codes.Internal},
+		{name: "short answer", items: 2, want: codes.Internal,
+			checker: CheckerFunc(func(context.Context, []limit.Check) ([]limit.Result, error) { return nil, nil })},
+		{name: "no checker", items: 1, want: codes.Unavailable, wantIs: ErrUnavailable},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			_, target, dialer := startGRPC(t, GRPCConfig{Checker: tt.checker, MaxBatch: tt.maxBatch})
+			client := dialClient(t, target, dialer)
+			checks := make([]limit.Check, tt.items)
+			for i := range checks {
+				checks[i] = mkCheck(fmt.Sprint("k", i), 1)
+			}
+			results, err := client.GetRateLimits(ctxTimeout(t), checks)
+			if got := status.Code(err); got != tt.want {
+				t.Fatalf("GetRateLimits(%d items) = %v, want code %v", tt.items, err, tt.want)
+			}
+			if tt.want == codes.OK && len(results) != tt.items {
+				t.Fatalf("GetRateLimits(%d items) answered %d", tt.items, len(results))
+			}
+			if tt.wantIs != nil && !errors.Is(err, tt.wantIs) {
+				t.Errorf("GetRateLimits error %v does not match %v", err, tt.wantIs)
+			}
+		})
+	}
+}
+
+func TestGRPCPeers(t *testing.T) {
+	t.Parallel()
+	client, local := &fakeChecker{owner: "front"}, &fakeChecker{owner: "local"}
+	_, target, dialer := startGRPC(t, GRPCConfig{Checker: client, Local: local})
+	rpc := pb.NewPeersClient(dialConn(t, target, dialer))
+	resp, err := rpc.ForwardRateLimits(ctxTimeout(t), &pb.ForwardRateLimitsRequest{
+		Requests: []*pb.RateLimitRequest{wireReq("a", 1, nil), wireReq("b", 1, func(r *pb.RateLimitRequest) { r.Algorithm = 7 })}})
+	if err != nil {
+		t.Fatalf("ForwardRateLimits = %v", err)
+	}
+	if owner := resp.GetResponses()[0].GetMetadata()["owner"]; owner != "local" {
+		t.Errorf("ForwardRateLimits answered by %q, want the Local checker", owner)
+	}
+	if e := resp.GetResponses()[1].GetError(); e != "unknown algorithm 7" {
+		t.Errorf("ForwardRateLimits bad item error = %q, want %q", e, "unknown algorithm 7")
+	}
+	if n := len(client.got()); n != 0 {
+		t.Errorf("client-facing Checker got %d calls from Peers, want 0", n)
+	}
+
+	_, target2, dialer2 := startGRPC(t, GRPCConfig{Checker: client})
+	_, err = pb.NewPeersClient(dialConn(t, target2, dialer2)).ForwardRateLimits(ctxTimeout(t), &pb.ForwardRateLimitsRequest{})
+	if status.Code(err) != codes.Unimplemented {
+		t.Errorf("ForwardRateLimits without Local = %v, want Unimplemented", err)
+	}
+}
+
+func TestGRPCHealth(t *testing.T) {
+	t.Parallel()
+	srv, target, dialer := startGRPC(t, GRPCConfig{Checker: &fakeChecker{}})
+	health := healthgrpc.NewHealthClient(dialConn(t, target, dialer))
+	check := func(service string) healthgrpc.HealthCheckResponse_ServingStatus {
+		resp, err := health.Check(ctxTimeout(t), &healthgrpc.HealthCheckRequest{Service: service})
+		if err != nil {
+			t.Fatalf("Health.Check(%q) = %v", service, err)
+		}
+		return resp.GetStatus()
+	}
+	steps := []struct {
+		serving *bool
+		want    healthgrpc.HealthCheckResponse_ServingStatus
+	}{
+		{nil, healthgrpc.HealthCheckResponse_NOT_SERVING},
+		{ptr(true), healthgrpc.HealthCheckResponse_SERVING},
+		{ptr(false), healthgrpc.HealthCheckResponse_NOT_SERVING},
+		{ptr(true), healthgrpc.HealthCheckResponse_SERVING},
+	}
+	for i, st := range steps {
+		if st.serving != nil {
+			srv.SetServing(*st.serving)
+		}
+		for _, svc := range []string{"", RateLimiterService, PeersService} {
+			if got := check(svc); got != st.want {
+				t.Errorf("step %d: Health.Check(%q) = %v, want %v", i, svc, got, st.want)
+			}
+		}
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func TestGRPCReflection(t *testing.T) {
+	t.Parallel()
+	_, target, dialer := startGRPC(t, GRPCConfig{Checker: &fakeChecker{}})
+	refl := reflectionpb.NewServerReflectionClient(dialConn(t, target, dialer))
+	stream, err := refl.ServerReflectionInfo(ctxTimeout(t))
+	if err != nil {
+		t.Fatalf("ServerReflectionInfo = %v", err)
+	}
+	if err := stream.Send(&reflectionpb.ServerReflectionRequest{
+		MessageRequest: &reflectionpb.ServerReflectionRequest_ListServices{}}); err != nil {
+		t.Fatalf("Send(ListServices) = %v", err)
+	}
+	resp, err := stream.Recv()
+	if err != nil {
+		t.Fatalf("Recv = %v", err)
+	}
+	_ = stream.CloseSend()
+	var names []string
+	for _, s := range resp.GetListServicesResponse().GetService() {
+		names = append(names, s.GetName())
+	}
+	for _, want := range []string{RateLimiterService, PeersService, "grpc.health.v1.Health"} {
+		if !slices.Contains(names, want) {
+			t.Errorf("reflection lists %q, want it to contain %q", names, want)
+		}
+	}
+}
+
+// GracefulStop answers the RPC in flight and is not held up by a health
+// Watch stream.
+func TestGRPCGracefulStop(t *testing.T) {
+	t.Parallel()
+	entered, release := make(chan struct{}), make(chan struct{})
+	blocking := CheckerFunc(func(_ context.Context, checks []limit.Check) ([]limit.Result, error) {
+		close(entered)
+		<-release
+		return make([]limit.Result, len(checks)), nil
+	})
+	srv, target, dialer := startGRPC(t, GRPCConfig{Checker: blocking})
+	srv.SetServing(true)
+	conn := dialConn(t, target, dialer)
+	watch, err := healthgrpc.NewHealthClient(conn).Watch(ctxTimeout(t), &healthgrpc.HealthCheckRequest{})
+	if err != nil {
+		t.Fatalf("Health.Watch = %v", err)
+	}
+	if resp, err := watch.Recv(); err != nil || resp.GetStatus() != healthgrpc.HealthCheckResponse_SERVING {
+		t.Fatalf("Watch.Recv = %v, %v, want SERVING", resp, err)
+	}
+
+	answered := make(chan error, 1)
+	go func() {
+		_, err := pb.NewRateLimiterClient(conn).GetRateLimits(ctxTimeout(t),
+			&pb.GetRateLimitsRequest{Requests: []*pb.RateLimitRequest{wireReq("a", 1, nil)}})
+		answered <- err
+	}()
+	<-entered
+	stopped := make(chan struct{})
+	go func() { srv.GracefulStop(); close(stopped) }()
+	close(release)
+	if err := <-answered; err != nil {
+		t.Errorf("GetRateLimits in flight during GracefulStop = %v, want an answer", err)
+	}
+	<-stopped
+}
+
+// trivialChecker admits everything; its cost is the allocation of the results.
+var trivialChecker = CheckerFunc(func(_ context.Context, checks []limit.Check) ([]limit.Result, error) {
+	results := make([]limit.Result, len(checks))
+	for i := range results {
+		results[i] = limit.Result{Decision: limit.Decision{Allowed: true, Remaining: 1, ResetAt: resetAt}, Owner: "bench"}
+	}
+	return results, nil
+})
+
+func benchChecks(n int) []limit.Check {
+	checks := make([]limit.Check, n)
+	for i := range checks {
+		checks[i] = mkCheck(fmt.Sprintf("account:%d", i), 1)
+	}
+	return checks
+}
+
+// BenchmarkGRPCBatch100 is one client round trip of a 100-item batch over
+// bufconn, conversion and encoding on both sides included.
+func BenchmarkGRPCBatch100(b *testing.B) {
+	_, target, dialer := startGRPC(b, GRPCConfig{Checker: trivialChecker})
+	client := dialClient(b, target, dialer)
+	checks := benchChecks(100)
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := client.GetRateLimits(ctx, checks); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.N*len(checks))/b.Elapsed().Seconds(), "checks/s")
+}
+
+// BenchmarkGRPCBatch100Parallel is the same with concurrent callers.
+func BenchmarkGRPCBatch100Parallel(b *testing.B) {
+	_, target, dialer := startGRPC(b, GRPCConfig{Checker: trivialChecker})
+	client := dialClient(b, target, dialer)
+	checks := benchChecks(100)
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if _, err := client.GetRateLimits(context.Background(), checks); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+	b.ReportMetric(float64(b.N*len(checks))/b.Elapsed().Seconds(), "checks/s")
+}

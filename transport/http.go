@@ -1,0 +1,241 @@
+package transport
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/shardlimiter/shardlimiter/transport/pb"
+)
+
+// DefaultMaxBodyBytes bounds a POST body unless HTTPConfig says otherwise.
+const DefaultMaxBodyBytes = 4 << 20
+
+// HTTPConfig configures the HTTP/JSON handler.
+type HTTPConfig struct {
+	// Checker answers POST /v1/GetRateLimits. Without one it answers 503.
+	Checker Checker
+	// MaxBatch bounds the items of one call; more is a 400. Zero means
+	// DefaultMaxBatch (1000).
+	MaxBatch int
+	// MaxBodyBytes bounds the request body, in bytes; more is a 413. Zero
+	// means DefaultMaxBodyBytes (4 MiB), room for 1000 items with 1 KiB
+	// keys. Each call in progress may hold about this much plus the decoded
+	// batch.
+	MaxBodyBytes int64
+	// Ready reports whether the node has joined and owns its ring slice
+	// (GET /readyz: 200, else 503). Nil means always ready.
+	Ready func() bool
+	// Metrics serves GET /metrics (e.g. promhttp.HandlerFor). Nil: 404.
+	Metrics http.Handler
+	// Cluster returns the cluster view served as JSON by GET /v1/cluster
+	// (members, ring version, this node). Nil: 404.
+	Cluster func() any
+	// Telemetry records every POST /v1/GetRateLimits; nil records nothing.
+	Telemetry *Metrics
+}
+
+// NewHTTPHandler returns the HTTP/JSON API:
+//
+//	POST /v1/GetRateLimits   GetRateLimitsRequest → GetRateLimitsResponse (protojson)
+//	GET  /healthz            200 {"status":"ok"} while the process runs
+//	GET  /readyz             200 or 503, {"status":"ready"|"not ready"}
+//	GET  /metrics            cfg.Metrics
+//	GET  /v1/cluster         cfg.Cluster() as JSON
+//
+// Every answer of its own is JSON, errors included: {"error":"…"} with 400
+// (bad JSON, unknown field, batch over MaxBatch), 404, 405 (with Allow),
+// 413 (body over MaxBodyBytes), 503 (Checker unavailable or shutting down).
+// Responses use the proto field names (unique_key, reset_time_ms) and emit
+// unpopulated fields; requests may use either spelling. Unknown fields are
+// rejected: they are usually typos that would silently change a limit.
+// The handler is safe for concurrent use.
+func NewHTTPHandler(cfg HTTPConfig) http.Handler {
+	h := &httpHandler{cfg: cfg, batch: batchHandler{checker: cfg.Checker, maxBatch: cfg.MaxBatch, metrics: cfg.Telemetry}}
+	h.batch.setDefaults()
+	if h.cfg.MaxBodyBytes <= 0 {
+		h.cfg.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	return h
+}
+
+type httpHandler struct {
+	cfg   HTTPConfig
+	batch batchHandler
+}
+
+var marshalJSON = protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true}
+
+var bufPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	switch r.URL.Path {
+	case "/v1/GetRateLimits":
+		if !allow(w, r, http.MethodPost) {
+			return
+		}
+		h.getRateLimits(w, r)
+	case "/healthz":
+		if allow(w, r, http.MethodGet, http.MethodHead) {
+			writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+		}
+	case "/readyz":
+		if allow(w, r, http.MethodGet, http.MethodHead) {
+			if h.cfg.Ready == nil || h.cfg.Ready() {
+				writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+			} else {
+				writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "not ready"})
+			}
+		}
+	case "/metrics":
+		if allow(w, r, http.MethodGet, http.MethodHead) {
+			if h.cfg.Metrics == nil {
+				writeError(w, http.StatusNotFound, "transport: metrics are not served here")
+				return
+			}
+			h.cfg.Metrics.ServeHTTP(w, r)
+		}
+	case "/v1/cluster":
+		if allow(w, r, http.MethodGet, http.MethodHead) {
+			if h.cfg.Cluster == nil {
+				writeError(w, http.StatusNotFound, "transport: no cluster view")
+				return
+			}
+			writeJSON(w, http.StatusOK, h.cfg.Cluster())
+		}
+	default:
+		writeError(w, http.StatusNotFound, "transport: no such endpoint: "+r.URL.Path)
+	}
+}
+
+// allow answers 405 unless r uses one of methods.
+func allow(w http.ResponseWriter, r *http.Request, methods ...string) bool {
+	for _, m := range methods {
+		if r.Method == m {
+			return true
+		}
+	}
+	allowed := methods[0]
+	for _, m := range methods[1:] {
+		allowed += ", " + m
+	}
+	w.Header().Set("Allow", allowed)
+	writeError(w, http.StatusMethodNotAllowed, "transport: method "+r.Method+" not allowed, use "+allowed)
+	return false
+}
+
+func (h *httpHandler) getRateLimits(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	buf := bufPool.Get().(*bytes.Buffer)
+	defer func() {
+		if buf.Cap() <= int(h.cfg.MaxBodyBytes)+bytes.MinRead {
+			buf.Reset()
+			bufPool.Put(buf)
+		}
+	}()
+	status, items := h.serveBatch(w, r, buf)
+	h.batch.metrics.observeHTTP(status, items, time.Since(start))
+}
+
+// serveBatch answers POST /v1/GetRateLimits using buf for the body and then
+// the response. It returns the status written and the batch size (-1 when
+// the batch was not decoded).
+func (h *httpHandler) serveBatch(w http.ResponseWriter, r *http.Request, buf *bytes.Buffer) (int, int) {
+	if r.ContentLength > h.cfg.MaxBodyBytes {
+		return h.tooLarge(w)
+	}
+	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, h.cfg.MaxBodyBytes))
+	var mbe *http.MaxBytesError
+	switch {
+	case errors.As(err, &mbe):
+		return h.tooLarge(w)
+	case err != nil:
+		return writeError(w, http.StatusBadRequest, "transport: reading body: "+err.Error()), -1
+	}
+	// Refuse an oversized batch before decoding it, so that a body of many
+	// tiny items ({},{},…) cannot cost far more memory than its size.
+	if n := countObjects(buf.Bytes(), h.batch.maxBatch+1); n > h.batch.maxBatch+1 {
+		return writeError(w, http.StatusBadRequest,
+			fmt.Sprintf("transport: batch exceeds the limit of %d items", h.batch.maxBatch)), -1
+	}
+	var req pb.GetRateLimitsRequest
+	if err := protojson.Unmarshal(buf.Bytes(), &req); err != nil {
+		return writeError(w, http.StatusBadRequest, "transport: bad JSON: "+err.Error()), -1
+	}
+	items := len(req.GetRequests())
+	resps, err := h.batch.decide(r.Context(), req.GetRequests())
+	if err != nil {
+		return writeError(w, httpStatus(Code(err)), err.Error()), items
+	}
+	out, err := marshalJSON.MarshalAppend(buf.Bytes()[:0], &pb.GetRateLimitsResponse{Responses: resps})
+	if err != nil {
+		return writeError(w, http.StatusInternalServerError, "transport: encoding response: "+err.Error()), items
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(out)
+	*buf = *bytes.NewBuffer(out[:0]) // keep the grown buffer for the pool
+	return http.StatusOK, items
+}
+
+func (h *httpHandler) tooLarge(w http.ResponseWriter) (int, int) {
+	return writeError(w, http.StatusRequestEntityTooLarge,
+		fmt.Sprintf("transport: body exceeds the limit of %d bytes", h.cfg.MaxBodyBytes)), -1
+}
+
+// countObjects counts the '{' of b outside JSON strings, stopping once it
+// exceeds limit. A GetRateLimitsRequest holds one object per item plus its
+// own, so more than maxBatch+1 means too many items or invalid input. It
+// need not validate: invalid input fails decoding anyway.
+func countObjects(b []byte, limit int) int {
+	n, inString, escaped := 0, false, false
+	for _, c := range b {
+		switch {
+		case escaped:
+			escaped = false
+		case inString:
+			switch c {
+			case '\\':
+				escaped = true
+			case '"':
+				inString = false
+			}
+		case c == '"':
+			inString = true
+		case c == '{':
+			if n++; n > limit {
+				return n
+			}
+		}
+	}
+	return n
+}
+
+// writeJSON writes v as a JSON body with status; it returns status.
+func writeJSON(w http.ResponseWriter, status int, v any) int {
+	body, err := json.Marshal(v)
+	if err != nil {
+		status = http.StatusInternalServerError
+		body, _ = json.Marshal(errorBody{Error: "transport: encoding JSON: " + err.Error()})
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(body, '\n'))
+	return status
+}
+
+type errorBody struct {
+	Error string `json:"error"`
+}
+
+// writeError writes {"error": msg} with status; it returns status.
+func writeError(w http.ResponseWriter, status int, msg string) int {
+	return writeJSON(w, status, errorBody{Error: msg})
+}

@@ -1,0 +1,257 @@
+package transport
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc/codes"
+
+	"github.com/shardlimiter/shardlimiter/limit"
+)
+
+// Metrics holds the Prometheus collectors of the wire: RPC durations and
+// batch sizes at the server boundary, per-item outcomes, and the peer
+// client's forwarding. Series never carry a key, rule name or client id.
+//
+// Every per-item counter is bound to its labels at construction, so the hot
+// path does no label lookup; histograms are observed once per RPC. A nil
+// *Metrics is valid and records nothing. Metrics is safe for concurrent use;
+// share one between the servers and every PeerClient of a node.
+type Metrics struct {
+	requestDuration *prometheus.HistogramVec // api, method, code
+	okDuration      [numAPIs][numMethods]prometheus.Observer
+	batchSize       [numAPIs][numMethods]prometheus.Observer
+	checks          [numAlgorithmLabels][numOutcomes]prometheus.Counter
+	itemErrors      [numReasonLabels]prometheus.Counter
+
+	forwarded    prometheus.Counter
+	forwardBatch prometheus.Observer
+	peerDuration prometheus.Observer
+	peerErrors   [numPeerErrors]prometheus.Counter
+}
+
+// Label values. Indexes into the pre-bound arrays.
+const (
+	apiGRPC = iota
+	apiHTTP
+	numAPIs
+)
+
+const (
+	methodGet     = iota // GetRateLimits
+	methodForward        // ForwardRateLimits
+	numMethods
+)
+
+const (
+	outcomeUnder = iota
+	outcomeOver
+	outcomeError
+	numOutcomes
+)
+
+const (
+	peerErrTimeout = iota
+	peerErrUnavailable
+	peerErrClosed
+	peerErrOther
+	numPeerErrors
+)
+
+const (
+	// numAlgorithmLabels covers every limit.Algorithm plus "unknown" (last),
+	// for items whose algorithm did not convert.
+	numAlgorithmLabels = int(limit.SlidingLog) + 2
+	algorithmUnknown   = numAlgorithmLabels - 1
+	numReasonLabels    = int(limit.Internal) + 1
+)
+
+var (
+	apiNames     = [numAPIs]string{"grpc", "http"}
+	methodNames  = [numMethods]string{"GetRateLimits", "ForwardRateLimits"}
+	outcomeNames = [numOutcomes]string{"under_limit", "over_limit", "error"}
+	peerErrNames = [numPeerErrors]string{"timeout", "unavailable", "closed", "other"}
+)
+
+// NewMetrics creates the collectors and registers them with reg. A nil reg
+// registers nothing (the collectors still count, for tests). Registering
+// twice with one registry panics, like prometheus.MustRegister.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{}
+	m.requestDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: "shardlimiter", Subsystem: "server", Name: "request_duration_seconds",
+		Help:    "Time to answer one RateLimiter or Peers call, by api (grpc, http), method and status code.",
+		Buckets: prometheus.ExponentialBuckets(50e-6, 2.5, 12), // 50µs … 1.2s
+	}, []string{"api", "method", "code"})
+	batch := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: "shardlimiter", Subsystem: "server", Name: "batch_size_items",
+		Help:    "Checks per call received, by api and method.",
+		Buckets: batchBuckets,
+	}, []string{"api", "method"})
+	checks := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "shardlimiter", Subsystem: "server", Name: "checks_total",
+		Help: "Checks answered, by algorithm and outcome (under_limit, over_limit, error).",
+	}, []string{"algorithm", "outcome"})
+	itemErrors := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "shardlimiter", Subsystem: "server", Name: "item_errors_total",
+		Help: "Checks answered with a per-item error, by reason.",
+	}, []string{"reason"})
+	m.bindServer(batch, checks, itemErrors)
+
+	m.forwarded = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: "shardlimiter", Subsystem: "peer", Name: "forwarded_checks_total",
+		Help: "Checks accepted for forwarding to their owner.",
+	})
+	forwardBatch := prometheus.NewHistogram(prometheus.HistogramOpts{
+		Namespace: "shardlimiter", Subsystem: "peer", Name: "forward_batch_size_items",
+		Help:    "Checks per ForwardRateLimits RPC sent.",
+		Buckets: batchBuckets,
+	})
+	peerDuration := prometheus.NewHistogram(prometheus.HistogramOpts{
+		Namespace: "shardlimiter", Subsystem: "peer", Name: "rpc_duration_seconds",
+		Help:    "Time of one ForwardRateLimits RPC, sent to its answer.",
+		Buckets: prometheus.ExponentialBuckets(50e-6, 2.5, 12),
+	})
+	peerErrors := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "shardlimiter", Subsystem: "peer", Name: "rpc_errors_total",
+		Help: "Failed ForwardRateLimits RPCs, by reason (timeout, unavailable, closed, other).",
+	}, []string{"reason"})
+	m.forwardBatch, m.peerDuration = forwardBatch, peerDuration
+	for i, name := range peerErrNames {
+		m.peerErrors[i] = peerErrors.WithLabelValues(name)
+	}
+	if reg != nil {
+		reg.MustRegister(m.requestDuration, batch, checks, itemErrors,
+			m.forwarded, forwardBatch, peerDuration, peerErrors)
+	}
+	return m
+}
+
+var batchBuckets = []float64{1, 2, 5, 10, 20, 50, 100, 200, 500, 1000}
+
+// bindServer pre-binds every server-side series, so that they exist at zero
+// and the hot path indexes arrays instead of looking labels up.
+func (m *Metrics) bindServer(batch *prometheus.HistogramVec, checks, itemErrors *prometheus.CounterVec) {
+	for a := range numAPIs {
+		for meth := range numMethods {
+			if a == apiHTTP && meth == methodForward {
+				continue // Peers is gRPC only
+			}
+			m.okDuration[a][meth] = m.requestDuration.WithLabelValues(apiNames[a], methodNames[meth], okCode(a))
+			m.batchSize[a][meth] = batch.WithLabelValues(apiNames[a], methodNames[meth])
+		}
+	}
+	for a := range numAlgorithmLabels {
+		name := "unknown"
+		if a != algorithmUnknown {
+			name = limit.Algorithm(a).String()
+		}
+		for o, outcome := range outcomeNames {
+			m.checks[a][o] = checks.WithLabelValues(name, outcome)
+		}
+	}
+	for r := range numReasonLabels {
+		m.itemErrors[r] = itemErrors.WithLabelValues(limit.Reason(r).String())
+	}
+}
+
+func okCode(api int) string {
+	if api == apiHTTP {
+		return "200"
+	}
+	return codes.OK.String()
+}
+
+// observeGRPC records one gRPC call of method answered with code.
+func (m *Metrics) observeGRPC(method int, code codes.Code, items int, d time.Duration) {
+	if m == nil {
+		return
+	}
+	m.observe(apiGRPC, method, code == codes.OK, code.String, items, d)
+}
+
+// observeHTTP records one HTTP call answered with status.
+func (m *Metrics) observeHTTP(status int, items int, d time.Duration) {
+	if m == nil {
+		return
+	}
+	m.observe(apiHTTP, methodGet, status == 200, func() string { return strconv.Itoa(status) }, items, d)
+}
+
+// observe records a call; items < 0 means the batch was never decoded.
+func (m *Metrics) observe(api, method int, ok bool, code func() string, items int, d time.Duration) {
+	if ok {
+		m.okDuration[api][method].Observe(d.Seconds())
+	} else {
+		m.requestDuration.WithLabelValues(apiNames[api], methodNames[method], code()).Observe(d.Seconds())
+	}
+	if items >= 0 {
+		m.batchSize[api][method].Observe(float64(items))
+	}
+}
+
+// tally counts one batch's outcomes on the stack; add publishes them with
+// one atomic add per non-zero cell instead of one per item.
+type tally struct {
+	checks [numAlgorithmLabels][numOutcomes]uint32
+	errors [numReasonLabels]uint32
+}
+
+func (t *tally) item(alg limit.Algorithm, r *limit.Result) {
+	a := int(alg)
+	if a >= algorithmUnknown {
+		a = algorithmUnknown
+	}
+	switch {
+	case r.Error != "":
+		t.checks[a][outcomeError]++
+		reason := int(r.Reason)
+		if reason == int(limit.OK) || reason >= numReasonLabels {
+			reason = int(limit.Internal)
+		}
+		t.errors[reason]++
+	case r.Allowed:
+		t.checks[a][outcomeUnder]++
+	default:
+		t.checks[a][outcomeOver]++
+	}
+}
+
+func (m *Metrics) add(t *tally) {
+	if m == nil {
+		return
+	}
+	for a := range t.checks {
+		for o, n := range t.checks[a] {
+			if n != 0 {
+				m.checks[a][o].Add(float64(n))
+			}
+		}
+	}
+	for r, n := range t.errors {
+		if n != 0 {
+			m.itemErrors[r].Add(float64(n))
+		}
+	}
+}
+
+// forward records checks accepted by PeerClient.Forward.
+func (m *Metrics) forward(items int) {
+	if m == nil {
+		return
+	}
+	m.forwarded.Add(float64(items))
+}
+
+// peerRPC records one ForwardRateLimits RPC; kind is a peerErr* index or -1.
+func (m *Metrics) peerRPC(items int, d time.Duration, kind int) {
+	if m == nil {
+		return
+	}
+	m.forwardBatch.Observe(float64(items))
+	m.peerDuration.Observe(d.Seconds())
+	if kind >= 0 {
+		m.peerErrors[kind].Inc()
+	}
+}

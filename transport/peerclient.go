@@ -1,0 +1,214 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/shardlimiter/shardlimiter/limit"
+	"github.com/shardlimiter/shardlimiter/transport/pb"
+)
+
+// PeerConfig configures a PeerClient.
+type PeerConfig struct {
+	// MaxBatch caps the checks of one RPC. Zero means DefaultMaxBatch
+	// (1000). It must not exceed the owner's GRPCConfig.MaxBatch, or the
+	// owner refuses the larger RPCs. Bigger batches amortize more per-RPC
+	// cost; smaller ones spread a burst over more slots.
+	MaxBatch int
+	// MaxInFlight bounds the RPCs in flight to the owner at once. Zero means
+	// 4. More slots send sooner under load but merge less; fewer slots merge
+	// more checks per RPC at the cost of queueing.
+	MaxInFlight int
+	// Timeout bounds each RPC, connecting included. Zero means 1s. A check
+	// queued behind MaxInFlight busy RPCs may wait up to about one Timeout
+	// for a slot before its own RPC starts.
+	Timeout time.Duration
+	// Metrics records forwarding; nil records nothing.
+	Metrics *Metrics
+	// DialOptions follow the defaults (plaintext credentials, reconnect
+	// backoff from 100ms up to 2s), so they can override them.
+	DialOptions []grpc.DialOption
+}
+
+// Defaults of PeerConfig.
+const (
+	DefaultMaxInFlight = 4
+	DefaultPeerTimeout = time.Second
+)
+
+// PeerClient forwards checks to one owner's Peers service, merging the
+// checks of concurrent callers into shared RPCs (see batcher.go).
+//
+// Forward may be called from any number of goroutines; Close may be called
+// at any time, more than once, concurrently with Forward. The client starts
+// goroutines only while RPCs are in flight, and none is left once Close has
+// returned.
+type PeerClient struct {
+	addr        string
+	conn        *grpc.ClientConn
+	peers       pb.PeersClient
+	maxBatch    int
+	maxInFlight int
+	timeout     time.Duration
+	metrics     *Metrics
+
+	closing   context.Context // canceled by Close: ends the RPCs in flight
+	cancel    context.CancelFunc
+	closeOnce sync.Once
+	closeErr  error
+	// sends counts running senders (inline or goroutine). Add is called only
+	// with mu held and closed false, so it never races with Close's Wait.
+	sends sync.WaitGroup
+
+	mu       sync.Mutex
+	closed   bool
+	inFlight int       // RPC slots taken, ≤ maxInFlight
+	pending  []segment // accepted, not yet sent; empty whenever inFlight < maxInFlight
+}
+
+// NewPeerClient prepares a client for the owner at addr (host:port or any
+// gRPC target). It connects lazily, on the first RPC, and starts no
+// goroutine of its own.
+func NewPeerClient(addr string, cfg PeerConfig) (*PeerClient, error) {
+	c := &PeerClient{
+		addr:        addr,
+		maxBatch:    cfg.MaxBatch,
+		maxInFlight: cfg.MaxInFlight,
+		timeout:     cfg.Timeout,
+		metrics:     cfg.Metrics,
+	}
+	if c.maxBatch <= 0 {
+		c.maxBatch = DefaultMaxBatch
+	}
+	if c.maxInFlight <= 0 {
+		c.maxInFlight = DefaultMaxInFlight
+	}
+	if c.timeout <= 0 {
+		c.timeout = DefaultPeerTimeout
+	}
+	opts := append([]grpc.DialOption{
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second},
+			MinConnectTimeout: c.timeout,
+		}),
+	}, cfg.DialOptions...)
+	conn, err := grpc.NewClient(addr, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("transport: peer client for %s: %w", addr, err)
+	}
+	c.conn, c.peers = conn, pb.NewPeersClient(conn)
+	c.closing, c.cancel = context.WithCancel(context.Background())
+	return c, nil
+}
+
+// Addr returns the address the client was created for.
+func (c *PeerClient) Addr() string { return c.addr }
+
+// Forward asks the owner to decide checks and returns one Result per check,
+// in order. It does not retain checks.
+//
+// When some checks could not be answered it returns, with the results, the
+// first failure: errors.Is(err, ErrTimeout), ErrUnavailable or ErrClosed
+// tell the kinds apart (anything else is a failure of the owner, e.g. a
+// version mismatch). The checks concerned then carry Reason
+// limit.Unavailable and the error's text; the others carry the owner's
+// answers, which may be per-item errors of their own (e.g. limit.Invalid).
+// If ctx ends first, Forward returns nil and an error wrapping ctx.Err().
+func (c *PeerClient) Forward(ctx context.Context, checks []limit.Check) ([]limit.Result, error) {
+	if len(checks) == 0 {
+		return nil, nil
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, c.wrap(err)
+	}
+	cl := newCall(checks)
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil, c.wrap(ErrClosed)
+	}
+	c.pending = append(c.pending, segment{call: cl, lo: 0, hi: len(checks)})
+	inline := c.startLocked()
+	c.mu.Unlock()
+	c.metrics.forward(len(checks))
+
+	if inline != nil {
+		c.runInline(ctx, inline)
+	}
+	select {
+	case <-cl.done:
+		return cl.results, cl.failure()
+	case <-ctx.Done():
+	}
+	c.abandon(cl)
+	select {
+	case <-cl.done: // answered meanwhile
+		return cl.results, cl.failure()
+	default:
+		return nil, c.wrap(ctx.Err())
+	}
+}
+
+// Close answers every accepted check not yet answered with ErrClosed, ends
+// the RPCs in flight, waits for its senders to exit and closes the
+// connection. It is idempotent; later calls return the first result.
+//
+// The race between Close and a concurrent Forward is settled by mu: Forward
+// checks closed and appends to pending under mu; Close sets closed and
+// empties pending under mu. So either Forward came first, and its checks are
+// in pending (answered here with ErrClosed) or in a send (whose RPC the
+// cancel below ends, answered with ErrClosed), or Close came first and
+// Forward returns ErrClosed without accepting anything. A sender is counted
+// in sends only under mu while closed is false, and after closed no new send
+// starts (pending stays empty), so sends.Wait cannot miss one.
+func (c *PeerClient) Close() error {
+	c.closeOnce.Do(func() {
+		c.mu.Lock()
+		c.closed = true
+		pending := c.pending
+		c.pending = nil
+		c.mu.Unlock()
+
+		err := c.wrap(ErrClosed)
+		for _, s := range pending {
+			s.fail(err)
+		}
+		c.cancel()
+		c.sends.Wait()
+		c.closeErr = c.conn.Close()
+	})
+	return c.closeErr
+}
+
+// wrap names the owner in err.
+func (c *PeerClient) wrap(err error) error {
+	return fmt.Errorf("transport: forward to %s: %w", c.addr, err)
+}
+
+// classify turns a failed RPC into the error its checks are answered with,
+// and the metric reason.
+func (c *PeerClient) classify(parent context.Context, err error) (int, error) {
+	switch {
+	case c.closing.Err() != nil:
+		return peerErrClosed, c.wrap(ErrClosed)
+	case errors.Is(parent.Err(), context.Canceled):
+		return peerErrOther, c.wrap(context.Canceled)
+	}
+	switch status.Code(err) {
+	case codes.DeadlineExceeded:
+		return peerErrTimeout, fmt.Errorf("transport: forward to %s: %w: %w", c.addr, ErrTimeout, err)
+	case codes.Unavailable:
+		return peerErrUnavailable, fmt.Errorf("transport: forward to %s: %w: %w", c.addr, ErrUnavailable, err)
+	}
+	return peerErrOther, c.wrap(err)
+}
