@@ -3,6 +3,7 @@ package manifests
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -30,9 +31,11 @@ var networkEnv = map[string]bool{
 
 // TestLiveProbes runs the binary with each overlay's configuration on
 // loopback and checks what the kubelet and Prometheus will see: the probe
-// and scrape paths answer 200 on the http port, readiness turns 503 after
-// SIGTERM, and the process exits 0 within the time the grace period leaves
-// after the preStop sleep.
+// and scrape paths answer 200 on the http port; after SIGTERM readiness turns
+// 503 while the node keeps answering for its shutdown grace, and the process
+// exits 0 within what the pod's grace period leaves after the preStop sleep.
+// A second node joins the first, so that the shutdown grace applies (a node
+// alone has nobody to hand its keys to and may exit at once).
 func TestLiveProbes(t *testing.T) {
 	bin := binary(t)
 	for _, dir := range overlays {
@@ -40,64 +43,110 @@ func TestLiveProbes(t *testing.T) {
 			t.Parallel()
 			p := render(t, dir).limiter(t)
 			c := p.Container
-
-			gossip, tcp := freePorts(t, 2)
-			httpAddr := fmt.Sprintf("127.0.0.1:%d", tcp[0])
-			env := envWithout(os.Environ(), "SHARDLIMITER_")
-			for k, v := range p.Env {
-				if !networkEnv[k] {
-					env = append(env, k+"="+v)
-				}
-			}
-			env = append(env,
-				"SHARDLIMITER_HTTP_ADDR="+httpAddr,
-				fmt.Sprintf("SHARDLIMITER_GRPC_ADDR=127.0.0.1:%d", tcp[1]),
-				fmt.Sprintf("SHARDLIMITER_GOSSIP_ADDR=127.0.0.1:%d", gossip),
-				"SHARDLIMITER_ADVERTISE_ADDR=127.0.0.1",
-				"SHARDLIMITER_NODE_NAME=probe-test",
-			)
-			proc := startProcess(t, bin, env)
-
 			if c.StartupProbe == nil || c.ReadinessProbe == nil || c.LivenessProbe == nil ||
 				c.Lifecycle == nil || c.Lifecycle.PreStop == nil || c.Lifecycle.PreStop.Sleep == nil ||
 				p.Template.Spec.TerminationGracePeriodSeconds == nil {
 				t.Fatal("probes, preStop sleep or grace period missing (see TestWiring)")
 			}
+
+			first := startNode(t, bin, p, "probe-a", "")
+			second := startNode(t, bin, p, "probe-b", first.gossip)
 			paths := []string{
 				c.StartupProbe.HTTPGet.Path,
 				c.ReadinessProbe.HTTPGet.Path,
 				c.LivenessProbe.HTTPGet.Path,
 				p.Template.Annotations["prometheus.io/path"],
 			}
-			for _, path := range paths {
-				url := "http://" + httpAddr + path
-				eventually(t, 20*time.Second, func() error { return wantStatus(url, http.StatusOK) })
+			for _, n := range []*node{first, second} {
+				for _, path := range paths {
+					eventually(t, 20*time.Second, func() error { return wantStatus(n.url(path), http.StatusOK) })
+				}
 			}
+			eventually(t, 20*time.Second, func() error { return wantMembers(first.url("/v1/cluster"), 2) })
 
-			// Shutdown: the kubelet has already slept preStop seconds when
-			// it sends SIGTERM; what is left of the grace period must cover
-			// the rest.
+			// The kubelet has already slept preStop seconds when it sends
+			// SIGTERM; what is left of the grace period must cover the rest.
 			left := time.Duration(*p.Template.Spec.TerminationGracePeriodSeconds-c.Lifecycle.PreStop.Sleep.Seconds) * time.Second
-			if err := proc.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			if err := first.proc.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 				t.Fatal(err)
 			}
-			ready := "http://" + httpAddr + c.ReadinessProbe.HTTPGet.Path
+			sent := time.Now()
 			eventually(t, left, func() error {
-				if proc.exited() {
+				if first.proc.exited() {
 					return errors.New("process exited before readiness reported 503")
 				}
-				return wantStatus(ready, http.StatusServiceUnavailable)
+				return wantStatus(first.url(c.ReadinessProbe.HTTPGet.Path), http.StatusServiceUnavailable)
 			})
+			// Still alive (liveness must not restart a leaving node).
+			if err := wantStatus(first.url(c.LivenessProbe.HTTPGet.Path), http.StatusOK); err != nil && !first.proc.exited() {
+				t.Errorf("while leaving: %v", err)
+			}
 			select {
-			case <-proc.done:
-				if proc.err != nil {
-					t.Errorf("after SIGTERM: %v, want exit status 0\n%s", proc.err, proc.output())
+			case <-first.proc.done:
+				if first.proc.err != nil {
+					t.Errorf("after SIGTERM: %v, want exit status 0\n%s", first.proc.err, first.proc.output())
 				}
-			case <-time.After(left):
-				t.Errorf("still running %v after SIGTERM: the kubelet would kill it\n%s", left, proc.output())
+				t.Logf("exited %v after SIGTERM (shutdown grace %v, grace period left %v)",
+					time.Since(sent).Round(time.Millisecond), p.shutdownGrace(t), left)
+			case <-time.After(left - time.Since(sent)):
+				t.Errorf("still running %v after SIGTERM: the kubelet would kill it\n%s", left, first.proc.output())
 			}
 		})
 	}
+}
+
+// node is one running binary of TestLiveProbes.
+type node struct {
+	http, gossip string // loopback host:port
+	proc         *process
+}
+
+func (n *node) url(path string) string { return "http://" + n.http + path }
+
+// startNode starts the binary with the manifest's environment, except that
+// the network variables are replaced by free loopback ports.
+func startNode(t *testing.T, bin string, p *limiterPod, name, join string) *node {
+	t.Helper()
+	gossip, tcp := freePorts(t, 2)
+	n := &node{
+		http:   fmt.Sprintf("127.0.0.1:%d", tcp[0]),
+		gossip: fmt.Sprintf("127.0.0.1:%d", gossip),
+	}
+	env := envWithout(os.Environ(), "SHARDLIMITER_")
+	for k, v := range p.Env {
+		if !networkEnv[k] {
+			env = append(env, k+"="+v)
+		}
+	}
+	env = append(env,
+		"SHARDLIMITER_HTTP_ADDR="+n.http,
+		fmt.Sprintf("SHARDLIMITER_GRPC_ADDR=127.0.0.1:%d", tcp[1]),
+		"SHARDLIMITER_GOSSIP_ADDR="+n.gossip,
+		"SHARDLIMITER_ADVERTISE_ADDR=127.0.0.1",
+		"SHARDLIMITER_NODE_NAME="+name,
+		"SHARDLIMITER_JOIN="+join,
+	)
+	n.proc = startProcess(t, name, bin, env)
+	return n
+}
+
+// wantMembers checks that GET url (/v1/cluster) lists n members.
+func wantMembers(url string, n int) error {
+	resp, err := httpClient.Get(url)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	var v struct {
+		Members []json.RawMessage `json:"members"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&v); err != nil {
+		return fmt.Errorf("GET %s: %w", url, err)
+	}
+	if len(v.Members) != n {
+		return fmt.Errorf("GET %s: %d members, want %d", url, len(v.Members), n)
+	}
+	return nil
 }
 
 // process is a started binary whose output is kept for failure messages.
@@ -109,7 +158,7 @@ type process struct {
 	out  bytes.Buffer
 }
 
-func startProcess(t *testing.T, bin string, env []string) *process {
+func startProcess(t *testing.T, name, bin string, env []string) *process {
 	t.Helper()
 	p := &process{done: make(chan struct{})}
 	p.cmd = exec.Command(bin)
@@ -128,7 +177,7 @@ func startProcess(t *testing.T, bin string, env []string) *process {
 			<-p.done
 		}
 		if t.Failed() {
-			t.Logf("shardlimiter output:\n%s", p.output())
+			t.Logf("%s output:\n%s", name, p.output())
 		}
 	})
 	return p
