@@ -1,0 +1,129 @@
+package bucket
+
+import (
+	"math"
+	"time"
+
+	"github.com/shardlimiter/shardlimiter/limit"
+)
+
+// Time bounds. Takes clamp now into [minNow, maxNow] so that a theoretical
+// arrival time plus the largest debt (MaxCapacityTime + MaxPeriod) always
+// fits in an int64, and so that a stored word of 0 (a fresh key) is in the
+// past. maxNow is in the year 2116.
+const (
+	minNow = 1
+	maxNow = 1 << 62
+)
+
+func clampNow(now int64) int64 { return min(max(now, minNow), maxNow) }
+
+// idleSlack is how long a key must have been back to a fresh key's state
+// before Sweep retires it. The node reads the clock for a batch of takes
+// before it runs them, and the sweep reads it again later: a take may carry
+// a now a little older than the sweep's. Retiring a key that is idle at the
+// sweep's now but not yet at the take's would hand that take a full bucket
+// early; the slack covers that skew.
+const idleSlack = int64(time.Second)
+
+// rate is a rule reduced to what the GCRA arithmetic needs. A hit costs
+// period/limit ns, which may be a fraction of a nanosecond, so no interval
+// is precomputed: every product goes through muldiv.go.
+type rate struct {
+	limit    int64 // hits per period, 1..limit.MaxLimit
+	period   int64 // ns
+	capacity int64 // hits the bucket holds (LEAKY_BUCKET: queue depth + 1)
+	shaping  bool  // report the wait ahead of admitted hits as Delay
+}
+
+// tau returns the time a full capacity takes to drain, rounded up: the
+// rule's size in time, used to rescale state across rule changes.
+func (p rate) tau() int64 { return mulDivCeil(p.capacity, p.period, p.limit) }
+
+// maxDebt bounds how far ahead of now COUNT_REJECTED may push the
+// theoretical arrival time: one full capacity plus one period. A client
+// that keeps hammering is therefore locked out for at most one period
+// (plus one hit's interval) after it stops, whatever it sent.
+func (p rate) maxDebt() int64 { return mulDivFloor(p.capacity, p.period, p.limit) + p.period }
+
+// cost returns the time hits take at the rule's rate, rounded up: the
+// stored state may lose up to 1 ns per admitted call, never gain.
+func (p rate) cost(hits int64) int64 { return mulDivCeil(hits, p.period, p.limit) }
+
+// fits reports whether hits can be admitted when the state is debt ns
+// ahead of now: debt + hits×period/limit ≤ capacity×period/limit, compared
+// exactly (multiplied through by limit).
+func (p rate) fits(debt, hits int64) bool {
+	return hits <= p.capacity && mulLE(debt, p.limit, p.capacity-hits, p.period)
+}
+
+// remaining returns how many hits one call could be admitted with when the
+// state is debt ns ahead of now.
+func (p rate) remaining(debt int64) int64 {
+	return max(p.capacity-mulDivCeil(debt, p.limit, p.period), 0)
+}
+
+// take applies hits at now to a key whose theoretical arrival time is tat
+// and returns the new tat and the decision. It is pure. A peek (hits 0)
+// answers as a check of one hit would, and changes nothing.
+func (p rate) take(tat, now, hits int64, countRejected bool) (int64, limit.Decision) {
+	base := max(tat, now) // a tat in the past means a full bucket, not credit
+	debt := base - now
+	if hits <= 0 {
+		if p.fits(debt, 1) {
+			return tat, p.admitted(now, debt, debt)
+		}
+		return tat, p.rejected(now, debt, 1)
+	}
+	if p.fits(debt, hits) {
+		nt := base + p.cost(hits)
+		return nt, p.admitted(now, debt, nt-now)
+	}
+	if countRejected {
+		// Charge the rejected hits, but never past maxDebt and never
+		// backwards (debt may already exceed the cap after a clock step).
+		nt := base + max(min(p.cost(hits), p.maxDebt()-debt), 0)
+		return nt, p.rejected(now, nt-now, hits)
+	}
+	return tat, p.rejected(now, debt, hits)
+}
+
+// admitted is the decision for admitted hits that waited ns in the queue
+// and left the state debt ns ahead of now.
+func (p rate) admitted(now, waited, debt int64) limit.Decision {
+	d := limit.Decision{Allowed: true, Remaining: p.remaining(debt), ResetAt: now + debt}
+	if p.shaping {
+		d.Delay = time.Duration(waited)
+	}
+	return d
+}
+
+// rejected is the decision for hits that do not fit when the state is debt
+// ns ahead of now. RetryAfter is exact: at now+RetryAfter the hits fit, one
+// nanosecond earlier they do not.
+func (p rate) rejected(now, debt, hits int64) limit.Decision {
+	d := limit.Decision{Remaining: p.remaining(debt), ResetAt: now + debt, RetryAfter: limit.Never}
+	if hits <= p.capacity {
+		d.RetryAfter = time.Duration(debt - mulDivFloor(p.capacity-hits, p.period, p.limit))
+	}
+	return d
+}
+
+// rescale converts tat, built under rule old, to rule p at now. A token
+// bucket keeps the fraction of its capacity in use; a leaky bucket keeps
+// the number of hits in its queue, which then drain at the new rate.
+func rescale(tat, now int64, old, p rate) int64 {
+	if tat <= now {
+		return tat // full under any rule
+	}
+	debt := mulDivCeil(tat-now, p.tau(), old.tau())
+	if p.shaping && debt != math.MaxInt64 {
+		debt = mulDivCeil(debt, old.capacity, p.capacity)
+	}
+	// A saturated product stands for a debt beyond any cap.
+	return now + min(debt, p.maxDebt())
+}
+
+// idleWord reports whether a key whose word is tat has been indistinguishable
+// from a fresh key since idleSlack before now.
+func idleWord(tat, now int64) bool { return tat != pending && tat <= now-idleSlack }

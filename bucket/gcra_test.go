@@ -1,0 +1,180 @@
+package bucket
+
+import (
+	"fmt"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/shardlimiter/shardlimiter/limit"
+)
+
+// t0 is the first named instant of every step table; the others are
+// written t0+d and printed that way.
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano()
+
+const (
+	ms  = time.Millisecond
+	sec = time.Second
+)
+
+// step is one call of a step table at instant t0+at.
+type step struct {
+	at   time.Duration
+	hits int64
+	b    limit.Behavior
+	rule *limit.Rule // nil: the case's rule
+	want limit.Decision
+}
+
+type stepCase struct {
+	name  string
+	rule  limit.Rule
+	steps []step
+}
+
+// runSteps plays each case on a fresh limiter of each implementation.
+func runSteps(t *testing.T, impls []impl, cases []stepCase) {
+	t.Helper()
+	for _, c := range cases {
+		for _, im := range impls {
+			t.Run(c.name+"/"+im.name, func(t *testing.T) {
+				t.Parallel()
+				l := im.new()
+				const key = "account:42"
+				for _, s := range c.steps {
+					r := c.rule
+					if s.rule != nil {
+						r = *s.rule
+					}
+					r.Behavior = s.b
+					if err := r.Validate(); err != nil {
+						t.Fatalf("bad rule in the table: %v", err)
+					}
+					if got := l.Take(key, t0+int64(s.at), r, s.hits); got != s.want {
+						t.Fatalf("Take(%q, %s, %d) = %+v, want %+v", key, instant(s.at), s.hits, got, s.want)
+					}
+				}
+			})
+		}
+	}
+}
+
+func instant(d time.Duration) string {
+	if d < 0 {
+		return fmt.Sprintf("t0-%v", -d)
+	}
+	return fmt.Sprintf("t0+%v", d)
+}
+
+// ok is an admitted decision; no a rejected one. reset is relative to t0.
+func ok(remaining int64, reset time.Duration) limit.Decision {
+	return limit.Decision{Allowed: true, Remaining: remaining, ResetAt: t0 + int64(reset)}
+}
+
+func no(remaining int64, reset, retry time.Duration) limit.Decision {
+	return limit.Decision{Remaining: remaining, ResetAt: t0 + int64(reset), RetryAfter: retry}
+}
+
+func TestTokenBucketSteps(t *testing.T) {
+	t.Parallel()
+	perSecond := limit.Rule{Limit: 10, Period: sec} // T = 100ms, capacity 10
+	perTenSeconds := limit.Rule{Limit: 10, Period: 10 * sec}
+	doubleBurst := limit.Rule{Limit: 10, Period: sec, Burst: 20}
+	runSteps(t, tokenImpls, []stepCase{
+		{"burst then refill", perSecond, []step{
+			{at: 0, hits: 10, want: ok(0, 1*sec)},
+			{at: 0, hits: 1, want: no(0, 1*sec, 100*ms)},
+			{at: 100 * ms, hits: 1, want: ok(0, 1100*ms)},
+			{at: 350 * ms, hits: 3, want: no(2, 1100*ms, 50*ms)},
+			{at: 400 * ms, hits: 3, want: ok(0, 1400*ms)},
+			{at: 2400 * ms, hits: 0, want: ok(10, 2400*ms)},
+		}},
+		{"peek changes nothing", perSecond, []step{
+			{at: 0, hits: 4, want: ok(6, 400*ms)},
+			{at: 100 * ms, hits: 0, want: ok(7, 400*ms)},
+			{at: 100 * ms, hits: 0, want: ok(7, 400*ms)},
+			{at: 100 * ms, hits: 7, want: ok(0, 1100*ms)},
+			// A peek answers as one hit would.
+			{at: 100 * ms, hits: 0, want: no(0, 1100*ms, 100*ms)},
+		}},
+		{"reset forgets the key", perSecond, []step{
+			{at: 0, hits: 10, want: ok(0, 1*sec)},
+			{at: 0, hits: 1, b: limit.Reset, want: ok(9, 100*ms)},
+			{at: 0, hits: 0, want: ok(9, 100*ms)},
+		}},
+		{"rejected hits do not count", perSecond, []step{
+			{at: 0, hits: 10, want: ok(0, 1*sec)},
+			{at: 0, hits: 5, want: no(0, 1*sec, 500*ms)},
+			{at: 500 * ms, hits: 5, want: ok(0, 1500*ms)},
+		}},
+		{"count rejected is capped at one period of debt", perSecond, []step{
+			{at: 0, hits: 10, want: ok(0, 1*sec)},
+			{at: 0, hits: 5, b: limit.CountRejected, want: no(0, 1500*ms, 1*sec)},
+			{at: 0, hits: 5, b: limit.CountRejected, want: no(0, 2*sec, 1500*ms)},
+			{at: 0, hits: 1000, b: limit.CountRejected, want: no(0, 2*sec, limit.Never)},
+			// Locked out for at most Period + T after the last hit.
+			{at: 1100 * ms, hits: 1, want: ok(0, 2100*ms)},
+		}},
+		{"hits beyond capacity never fit", perSecond, []step{
+			{at: 0, hits: 11, want: no(10, 0, limit.Never)},
+			{at: 0, hits: 10, want: ok(0, 1*sec)},
+		}},
+		{"retry after is exact", perSecond, []step{
+			{at: 0, hits: 10, want: ok(0, 1*sec)},
+			{at: 0, hits: 3, want: no(0, 1*sec, 300*ms)},
+			{at: 300*ms - 1, hits: 3, want: no(2, 1*sec, 1)},
+			{at: 300 * ms, hits: 3, want: ok(0, 1300*ms)},
+		}},
+		{"interval under a nanosecond", limit.Rule{Limit: 1_000_000_000, Period: ms}, []step{
+			{at: 0, hits: 1_000_000_000, want: ok(0, 1*ms)},
+			{at: 0, hits: 1, want: no(0, 1*ms, 1)},
+			{at: 1, hits: 1000, want: ok(0, 1*ms+1)},
+			// One hit costs 1/1000 ns; the stored cost rounds up to 1 ns.
+			{at: 500*ms/1000 + 1, hits: 1, want: ok(499_999_000, 1*ms+2)},
+		}},
+		{"rule change keeps the fraction in use", perSecond, []step{
+			{at: 0, hits: 5, want: ok(5, 500*ms)},
+			// Half of 10 per 10 s is 5 s of debt, not 0.5 s.
+			{at: 0, rule: &perTenSeconds, want: ok(5, 5*sec)},
+			{at: 0, want: ok(5, 500*ms)},
+			{at: 0, rule: &doubleBurst, hits: 10, want: ok(0, 2*sec)},
+			{at: 0, want: no(0, 1*sec, 100*ms)},
+			{at: 1 * sec, rule: &perTenSeconds, hits: 0, want: ok(10, 1*sec)},
+		}},
+		{"clock backwards never admits a burst", perSecond, []step{
+			{at: 10 * sec, hits: 10, want: ok(0, 11*sec)},
+			{at: 9 * sec, hits: 1, want: no(0, 11*sec, 1100*ms)},
+			{at: 0, hits: 0, want: no(0, 11*sec, 10100*ms)},
+			{at: 10100 * ms, hits: 1, want: ok(0, 11100*ms)},
+			{at: 20 * sec, hits: 10, want: ok(0, 21*sec)},
+			{at: 19500 * ms, hits: 1, want: no(0, 21*sec, 600*ms)},
+		}},
+	})
+}
+
+func TestMulDiv(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		a, b, c     int64
+		floor, ceil int64
+	}{
+		{7, 3, 2, 10, 11},
+		{0, 5, 3, 0, 0},
+		{1_000_000_000, int64(366 * 24 * time.Hour), 1, math.MaxInt64, math.MaxInt64},
+		{1 << 62, 1 << 40, 1 << 45, 1 << 57, 1 << 57},
+		{1 << 62, 3, 1 << 1, 3 << 61, 3 << 61},
+		{math.MaxInt64, 2, 1, math.MaxInt64, math.MaxInt64},
+		{math.MaxInt64, 1, 1, math.MaxInt64, math.MaxInt64},
+	} {
+		if got := mulDivFloor(c.a, c.b, c.c); got != c.floor {
+			t.Errorf("mulDivFloor(%d, %d, %d) = %d, want %d", c.a, c.b, c.c, got, c.floor)
+		}
+		if got := mulDivCeil(c.a, c.b, c.c); got != c.ceil {
+			t.Errorf("mulDivCeil(%d, %d, %d) = %d, want %d", c.a, c.b, c.c, got, c.ceil)
+		}
+	}
+	if !mulLE(1<<62, 1<<40, 1<<41, 1<<61) || mulLE(1<<62, 1<<40+1, 1<<41, 1<<61) {
+		t.Errorf("mulLE is wrong at 2^102")
+	}
+}

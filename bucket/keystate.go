@@ -1,0 +1,190 @@
+package bucket
+
+import (
+	"sync/atomic"
+
+	"github.com/shardlimiter/shardlimiter/limit"
+	"github.com/shardlimiter/shardlimiter/table"
+)
+
+// keyState is what an entry holds beside its Word (the theoretical arrival
+// time): the identity of the rule the word was computed under, and the
+// warm-up state of keys that run with one.
+//
+// The identity is two atomics so that lock-free takers can check it; it is
+// written only with the entry's mutex held and the word set to pending
+// (see keyTable). warm is guarded by the mutex.
+type keyState struct {
+	id     atomic.Int64 // ruleID; 0 for a fresh key
+	period atomic.Int64 // the rule's Period, ns
+	warm   *warmState   // nil until the key first runs with a warm-up
+}
+
+// pending is the word of an entry whose rule is being changed. Only the
+// holder of the entry's mutex sets it and replaces it.
+const pending = table.Dead + 1
+
+// A rule's identity packs limit, capacity and the warm-up mode into one
+// word: limit and capacity are ≤ limit.MaxLimit+1 < 2^31.
+const (
+	idBits   = 31
+	idMask   = 1<<idBits - 1
+	warmMode = int64(1) << 62
+)
+
+func (p rate) id() int64 { return p.limit<<idBits | p.capacity }
+
+// rateOf decodes an identity written by id.
+func rateOf(id, period int64, shaping bool) rate {
+	return rate{limit: id >> idBits & idMask, period: period, capacity: id & idMask, shaping: shaping}
+}
+
+// keyTable is a table of GCRA words with their rule identity.
+//
+// # Protocol
+//
+// A take for a key whose identity matches its rule is lock-free: load the
+// word, then the identity, compute, CAS the word. A take whose rule differs
+// (or a fresh key, or any warm-up take) locks the entry's mutex and adopts
+// its rule: it CASes the word to pending, rescales it (rescale), writes the
+// new identity, then stores the rescaled word.
+//
+// The race this prevents: a lock-free taker that loaded the old word and
+// the old identity could otherwise CAS a result computed under the old rule
+// over a word already rescaled to the new one, charging its hits at the old
+// rate against state that means something else. Because the word is loaded
+// before the identity, a taker that saw the old identity loaded a word from
+// before the change, and its CAS fails once the word moved to pending and
+// on. A taker that meets pending waits for the mutex. The exposure left is
+// a CAS that lands on a word equal to the one it loaded although the rule
+// changed in between: rescaling left the debt as it was (a full bucket,
+// or the same capacity in time), or the word came back to that value. That
+// applies one call's hits, decided under the rule its caller sent, at that
+// rule's cost; nothing accumulates.
+//
+// Retirement follows the table's protocol: RetireWordIf for keys in plain
+// mode (idle(pending) is false, so a rule change is never retired midway),
+// RetireLockedIf for warm keys, whose idleness needs the mutex.
+type keyTable struct {
+	t *table.Table[keyState]
+}
+
+func newKeyTable(cfg table.Config) keyTable {
+	return keyTable{t: table.New(cfg, retireKey)}
+}
+
+func (k *keyTable) Sweep(now int64, budget int) int { return k.t.Sweep(now, budget) }
+func (k *keyTable) Len() int                        { return k.t.Len() }
+func (k *keyTable) Evicted() uint64                 { return k.t.Evicted() }
+
+// take applies hits to key under p, lock-free when the key's rule is p.
+func (k *keyTable) take(key string, now int64, p rate, hits int64, b limit.Behavior) limit.Decision {
+	id := p.id()
+	for {
+		e := k.t.Get(key, now)
+		if d, st := takeWord(e, id, p, now, hits, b); st == done {
+			return d
+		} else if st == dead {
+			continue
+		}
+		if d, ok := k.takeAdopting(e, id, p, now, hits, b); ok {
+			return d
+		}
+	}
+}
+
+type outcome uint8
+
+const (
+	done     outcome = iota
+	dead             // the entry was retired: look the key up again
+	mismatch         // the key's rule is not p, or a rule change is under way
+)
+
+// takeWord is the lock-free CAS loop for a key whose identity is id.
+func takeWord(e *table.Entry[keyState], id int64, p rate, now, hits int64, b limit.Behavior) (limit.Decision, outcome) {
+	for {
+		w := e.Word.Load()
+		switch {
+		case w == table.Dead:
+			return limit.Decision{}, dead
+		case w == pending || e.State.id.Load() != id || e.State.period.Load() != p.period:
+			return limit.Decision{}, mismatch
+		}
+		tat := w
+		if b.Has(limit.Reset) {
+			tat = 0
+		}
+		nw, d := p.take(tat, now, hits, b.Has(limit.CountRejected))
+		if nw == w {
+			// Nothing to write; the answer holds if the word did not move
+			// while the identity was read.
+			if e.Word.Load() == w {
+				return d, done
+			}
+			continue
+		}
+		if e.Word.CompareAndSwap(w, nw) {
+			return d, done
+		}
+	}
+}
+
+// takeAdopting takes under the entry's mutex after making p the key's
+// rule. It reports false if the entry was retired.
+func (k *keyTable) takeAdopting(e *table.Entry[keyState], id int64, p rate, now, hits int64, b limit.Behavior) (limit.Decision, bool) {
+	e.Mu.Lock()
+	defer e.Mu.Unlock()
+	if !adopt(e, id, p, now) {
+		return limit.Decision{}, false
+	}
+	d, st := takeWord(e, id, p, now, hits, b)
+	return d, st == done
+}
+
+// adopt makes (id, p) the entry's rule, rescaling its word if it was
+// computed under another rule. It reports false if the entry was retired.
+// e.Mu must be held.
+func adopt(e *table.Entry[keyState], id int64, p rate, now int64) bool {
+	old := e.State.id.Load()
+	oldPeriod := e.State.period.Load()
+	if old == id && oldPeriod == p.period {
+		return e.Word.Load() != table.Dead
+	}
+	if old == 0 {
+		// A fresh word (0) means a full bucket under any rule; no taker can
+		// have matched identity 0, so there is nothing to fence off. The
+		// period goes first: takers read the identity before the period.
+		e.State.period.Store(p.period)
+		e.State.id.Store(id)
+		return e.Word.Load() != table.Dead
+	}
+	w := e.Word.Load()
+	for w == table.Dead || !e.Word.CompareAndSwap(w, pending) {
+		if w == table.Dead {
+			return false
+		}
+		w = e.Word.Load()
+	}
+	e.State.period.Store(p.period)
+	e.State.id.Store(id)
+	// Nobody else writes a pending word: takers wait for the mutex, the
+	// sweep never finds pending idle, and eviction needs the mutex.
+	e.Word.Store(rescale(w, now, rateOf(old, oldPeriod, p.shaping), p))
+	return true
+}
+
+// retireKey is the table's RetireFunc.
+func retireKey(e *table.Entry[keyState], now int64) bool {
+	if e.State.id.Load()&warmMode != 0 {
+		return e.RetireLockedIf(func(s *keyState) bool {
+			return s.id.Load()&warmMode != 0 && idleWarm(e.Word.Load(), s, now)
+		})
+	}
+	// The identity is read after the word: a switch to warm-up between the
+	// two is seen here, and one before the word load changed the word, so
+	// the retiring CAS fails.
+	return e.RetireWordIf(func(w int64) bool {
+		return e.State.id.Load()&warmMode == 0 && idleWord(w, now)
+	})
+}

@@ -1,0 +1,44 @@
+package bucket
+
+import (
+	"github.com/shardlimiter/shardlimiter/limit"
+	"github.com/shardlimiter/shardlimiter/table"
+)
+
+// TokenBucket is the TOKEN_BUCKET limiter: GCRA on one int64 per key,
+// updated lock-free, and the Guava-style warm-up for rules with a Warmup
+// (under the key's mutex). A key keeps one state across both: turning the
+// warm-up on or off for a key rescales it like any other rule change.
+//
+// All methods are safe for concurrent use.
+type TokenBucket struct {
+	keyTable
+}
+
+var _ limit.Limiter = (*TokenBucket)(nil)
+
+// NewTokenBucket returns an empty TOKEN_BUCKET table sized by cfg.
+func NewTokenBucket(cfg table.Config) *TokenBucket {
+	return &TokenBucket{newKeyTable(cfg)}
+}
+
+// Take applies hits to key under r at now (Unix ns). r must be valid and
+// of algorithm TOKEN_BUCKET. Capacity is r.Capacity(); hits beyond it get
+// RetryAfter limit.Never. See the package doc for the meaning of each field
+// of the decision, with and without warm-up.
+func (tb *TokenBucket) Take(key string, now int64, r limit.Rule, hits int64) limit.Decision {
+	now = clampNow(now)
+	if r.Warmup > 0 {
+		return tb.takeWarm(key, now, newWarmRate(r), hits, r.Behavior)
+	}
+	return tb.take(key, now, tokenRate(r), hits, r.Behavior)
+}
+
+// Sweep retires up to about budget keys that are idle at now: full (and,
+// under warm-up, fully cold) since at least one second before now. It
+// returns how many it removed.
+func (tb *TokenBucket) Sweep(now int64, budget int) int { return tb.keyTable.Sweep(now, budget) }
+
+func tokenRate(r limit.Rule) rate {
+	return rate{limit: r.Limit, period: int64(r.Period), capacity: r.Capacity()}
+}
