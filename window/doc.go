@@ -1,0 +1,91 @@
+// Package window implements the window rate limiters of shardlimiter:
+// FIXED_WINDOW, SLIDING_WINDOW (the sliding-window counter) and
+// SLIDING_LOG, each as a pure decision on compact per-key state and a
+// concurrent keyed table (Fixed, Sliding, Log) that implements
+// limit.Limiter.
+//
+// Time is always a parameter, now, in Unix nanoseconds, clamped into
+// [0, MaxTime]. The package reads no clock, logs nothing and starts no
+// goroutine.
+//
+// # Common semantics
+//
+// A take asks whether key may spend hits under a rule. hits = 0 is a peek:
+// it answers as a check of one hit would (Allowed, RetryAfter) and changes
+// nothing. Rejected hits consume nothing unless the rule has
+// limit.CountRejected; then they are counted as if admitted, up to the
+// limit (see each algorithm), so a client that keeps hammering stays out.
+// limit.Reset forgets the key's state before the check. hits > Limit can
+// never be admitted: RetryAfter is limit.Never. Otherwise a rejection's
+// RetryAfter is exact: retried after exactly RetryAfter (nothing else
+// counted meanwhile) the same check is admitted; 1 ns earlier it is not.
+// Remaining is in [0, Limit]. A changed rule takes effect at the next
+// take; a clock stepping backwards never opens a new window or admits a
+// burst.
+//
+// # FIXED_WINDOW
+//
+// Windows are aligned to multiples of Period since the Unix epoch; each
+// admits Limit hits. ResetAt is the end of the current window, and a
+// rejection's RetryAfter is the time left until then. The model's known
+// weakness is the boundary: Limit hits at the end of one window and Limit
+// more at the start of the next are all admitted, 2×Limit within a few
+// nanoseconds. A take whose now lies before the stored window counts in
+// the stored window. A new Limit applies to the current count at once; a
+// new Period restarts the count (see "Window identity" in slot.go for the
+// one exception, which is conservative).
+//
+// # SLIDING_WINDOW
+//
+// Cloudflare's sliding-window counter keeps the counts of the current
+// fixed window and of the one before, and estimates the hits of the last
+// Period as prev×(1 − elapsed/Period) + cur, assuming the previous
+// window's hits were spread evenly. Hits are admitted when estimate + hits
+// ≤ Limit, decided exactly in integers: the estimate is rounded up, never
+// down. ResetAt is when the estimate reaches 0; RetryAfter is computed
+// from the linear decay of the estimate.
+//
+// Error bound. Take any span [s, s+Period) starting a fraction f = a/Period
+// into window k, with c hits counted in window k. The span admits at most
+// c hits from window k; its part of window k+1 ends before s+Period, so
+// its last admission there saw the weighted term c×rem/Period with rem >
+// Period − a, and admitted at most Limit − ⌈c(Period−a+1)/Period⌉ hits.
+// In all, at most Limit + c×f < Limit×(1+f) hits: never more than
+// 2×Limit − 1 in any Period-long span, that is up to Limit − 1 more than
+// the exact sliding log, and no more than Limit in any aligned window. The
+// bound is tight: Limit hits in the last nanosecond of a window, then
+// Limit − 1 spread to the end of the next. On smoother traffic the excess
+// is small; TestSlidingAccuracy measures it against the exact log.
+//
+// # SLIDING_LOG
+//
+// An exact log: a hit at t counts while now − t < Period, and hits are
+// admitted when the counted hits plus hits are at most Limit. Every
+// Period-long span admits at most Limit hits. With a MinInterval, an
+// action is also rejected until MinInterval has passed since the previous
+// recorded action. One take is one action: its hits are recorded together
+// at one instant, so MinInterval spaces takes, not hits. ResetAt is when
+// the newest counted hit leaves the window (now for an empty log).
+// RetryAfter is when enough of the oldest counted hits have left, and the
+// interval has passed.
+//
+// Memory is one int64 per counted hit, in a ring grown on demand (a key
+// that counts 2 hits holds 2 slots) and bounded by Limit (by the previous
+// Limit until its hits expire, if the limit was lowered). Under
+// CountRejected the log keeps only the newest Limit timestamps: rejected
+// hits push out the oldest, which changes no decision, since at any later
+// instant the counted hits are the newest ones and Limit counted hits
+// reject everything.
+//
+// # Concurrency
+//
+// Fixed and Sliding keep a key's state in one 64-bit word updated by
+// compare-and-swap while its counts fit (see packFixed and packSliding for
+// the bounds); a key whose state does not fit moves under its entry's
+// mutex, with the same decisions, and back when it fits again (hybrid.go).
+// Log keeps a key's state under its entry's mutex. Takes never run
+// anything slow under a lock. Sweep retires keys that have been
+// equivalent to a fresh key for at least a second; the table package's
+// retirement protocol keeps a concurrent take from updating a retired
+// entry. All methods of the tables are safe for concurrent use.
+package window

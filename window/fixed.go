@@ -1,0 +1,140 @@
+package window
+
+import (
+	"time"
+
+	"github.com/shardlimiter/shardlimiter/limit"
+	"github.com/shardlimiter/shardlimiter/table"
+)
+
+// decideFixed applies hits at now under r to a FIXED_WINDOW key in state c
+// and returns the new state and the decision. It is pure; it returns c
+// itself when nothing changes, so that a peek or a plain rejection writes
+// nothing.
+func decideFixed(c cell, now int64, r limit.Rule, hits int64) (cell, limit.Decision) {
+	now, hits = clampTime(now), max(hits, 0)
+	if r.Behavior.Has(limit.Reset) {
+		c = cell{}
+	}
+	lim := r.Limit
+	v := c.at(now, int64(r.Period))
+	count := v.cur
+	ask := max(hits, 1) // a peek answers as a check of one hit would
+	d := limit.Decision{ResetAt: v.end}
+	switch {
+	case ask <= lim-count:
+		d.Allowed = true
+		count += hits
+	case hits > lim:
+		d.RetryAfter = limit.Never
+	default:
+		// The next window starts empty, so any hits ≤ Limit fit then.
+		d.RetryAfter = time.Duration(v.end - now)
+	}
+	if !d.Allowed && hits > 0 && r.Behavior.Has(limit.CountRejected) {
+		// Rejected hits count too, up to the limit: a count at the limit
+		// already rejects everything until the window ends.
+		count = max(count, min(count+hits, lim))
+	}
+	d.Remaining = max(lim-count, 0)
+	if count != v.cur {
+		c = v.store(0, count)
+	}
+	return c, d
+}
+
+// Packed FIXED_WINDOW word, bit 63 always 0 (so never table.Dead):
+//
+//	62..58  g − minPackedExp (0..30; 31 marks wideWord, see hybrid.go)
+//	57..0   slot << (g−4) | count
+//
+// The slot needs 62−g bits because every window end is below 2^62
+// (MaxTime), which leaves g−4 bits for the count: 2^15−1 hits for a period
+// of 1 ms (g = 19), 2^25−1 for 1 s (g = 29), every valid Limit (≤ 1e9 <
+// 2^30) from 2^34 ns ≈ 17 s on. A word of 0 is a fresh key. A state that
+// does not pack — a larger count, or a period under 2^19 ns ≈ 0.52 ms — is
+// kept unpacked under the entry's mutex instead (hybrid.go), with the same
+// decisions.
+const (
+	codeShift    = 58
+	minPackedExp = 19
+	lowMask      = 1<<codeShift - 1
+)
+
+// packFixed returns c's word and whether c fits in one.
+func packFixed(c cell) (int64, bool) {
+	if c.cur == 0 {
+		return 0, true
+	}
+	cb := c.g - 4
+	if c.g < minPackedExp || c.cur >= 1<<cb || c.slot >= 1<<(62-c.g) {
+		return 0, false
+	}
+	return (c.g-minPackedExp)<<codeShift | c.slot<<cb | c.cur, true
+}
+
+// unpackFixed returns the cell a packed word holds.
+func unpackFixed(w int64) cell {
+	if w == 0 {
+		return cell{}
+	}
+	g := w>>codeShift + minPackedExp
+	cb := g - 4
+	return cell{g: g, slot: w & lowMask >> cb, cur: w & (1<<cb - 1)}
+}
+
+// idleFixed reports whether a key in state c has been equivalent to a fresh
+// key since idleSlack before now: its window has ended, under any period of
+// its octave.
+func idleFixed(c cell, now int64) bool {
+	return c.cur == 0 || slotEnd(c.slot, c.g) <= now-idleSlack
+}
+
+// Fixed is the FIXED_WINDOW table: windows aligned to multiples of Period
+// since the Unix epoch, each admitting Limit hits.
+//
+// A key's state is one word updated by compare-and-swap while it packs
+// (see packFixed); otherwise it moves under the entry's mutex until it
+// packs again. All methods are safe for concurrent use.
+type Fixed struct {
+	t *table.Table[*cell]
+}
+
+var fixedCodec = codec{pack: packFixed, unpack: unpackFixed, decide: decideFixed, idle: idleFixed}
+
+// NewFixed returns an empty FIXED_WINDOW table.
+func NewFixed(cfg table.Config) *Fixed {
+	return &Fixed{t: table.New(cfg, fixedCodec.retire)}
+}
+
+// Take applies hits to key under r at now (Unix ns). r must be valid.
+func (f *Fixed) Take(key string, now int64, r limit.Rule, hits int64) limit.Decision {
+	for {
+		e := f.t.Get(key, now)
+		for w := e.Word.Load(); w != table.Dead && w != wideWord; w = e.Word.Load() {
+			c, d := decideFixed(unpackFixed(w), now, r, hits)
+			nw, ok := packFixed(c)
+			if !ok {
+				break
+			}
+			if nw == w || e.Word.CompareAndSwap(w, nw) {
+				return d
+			}
+		}
+		if d, ok := fixedCodec.takeWide(e, now, r, hits); ok {
+			return d
+		}
+	}
+}
+
+// Sweep retires up to about budget keys whose window ended at least a
+// second before now, and returns how many it removed.
+func (f *Fixed) Sweep(now int64, budget int) int { return f.t.Sweep(now, budget) }
+
+// Len returns how many keys are held.
+func (f *Fixed) Len() int { return f.t.Len() }
+
+// Evicted returns how many keys were evicted to respect the key cap.
+func (f *Fixed) Evicted() uint64 { return f.t.Evicted() }
+
+var _ limit.Limiter = (*Fixed)(nil)

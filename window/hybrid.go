@@ -1,0 +1,94 @@
+package window
+
+import (
+	"github.com/shardlimiter/shardlimiter/limit"
+	"github.com/shardlimiter/shardlimiter/table"
+)
+
+// The word-or-mutex protocol shared by Fixed and Sliding.
+//
+// A key's state is a cell. While the cell packs into 64 bits it lives in
+// Entry.Word and takes are lock-free: load, decide, CAS. A cell that does
+// not pack (large counts, very short periods) lives in *Entry.State, and
+// Entry.Word holds wideWord; takes then lock Entry.Mu. Both paths run the
+// same pure decision, so the representation never changes an answer.
+//
+// Only the holder of Mu moves a key between the two forms:
+//
+//   - word → wide: it sets State, then CASes Word from the packed word it
+//     decided on to wideWord. A lock-free taker that decided on the same
+//     word loses its CAS, reloads, sees wideWord and queues on Mu; if the
+//     lock-free taker wins, this CAS fails and the locked take starts over.
+//   - wide → word: it stores the packed word. No lock-free taker writes a
+//     word that is wideWord, and the table retires an entry (Dead) only
+//     with Mu held or by a CAS from a value it judged idle, which wideWord
+//     never is; so nothing races this store.
+//
+// Retirement: RetireWordIf for packed keys; for wide keys RetireLockedIf,
+// which retires only while Word is still wideWord (Mu held, so it cannot
+// change), never a packed word that a lock-free taker might be CASing.
+
+// wideWord is the Word of an entry whose state is in *Entry.State. Its
+// code (31) is no slot exponent's, so it is never a packed state.
+const wideWord int64 = 31 << codeShift
+
+// codec is one algorithm's view of a cell: its packing, decision and
+// idleness.
+type codec struct {
+	pack   func(cell) (int64, bool)
+	unpack func(int64) cell
+	decide func(c cell, now int64, r limit.Rule, hits int64) (cell, limit.Decision)
+	idle   func(c cell, now int64) bool
+}
+
+// takeWide runs a take under e's mutex. It reports false when the caller
+// must start over: e was retired, or the state is packed and the result
+// packs too (a lock-free taker changed the word since the caller looked).
+func (k *codec) takeWide(e *table.Entry[*cell], now int64, r limit.Rule, hits int64) (limit.Decision, bool) {
+	e.Mu.Lock()
+	defer e.Mu.Unlock()
+	w := e.Word.Load()
+	if w == table.Dead {
+		return limit.Decision{}, false
+	}
+	c := wideOrPacked(e, w, k.unpack)
+	nc, d := k.decide(c, now, r, hits)
+	nw, fits := k.pack(nc)
+	switch {
+	case w == wideWord && fits:
+		e.Word.Store(nw)
+		e.State = nil
+	case w == wideWord:
+		*e.State = nc
+	case fits:
+		return limit.Decision{}, false
+	default:
+		e.State = &nc
+		if !e.Word.CompareAndSwap(w, wideWord) {
+			e.State = nil
+			return limit.Decision{}, false
+		}
+	}
+	return d, true
+}
+
+// wideOrPacked returns the cell of e, whose word is w. e.Mu must be held.
+func wideOrPacked(e *table.Entry[*cell], w int64, unpack func(int64) cell) cell {
+	if w == wideWord {
+		return *e.State
+	}
+	return unpack(w)
+}
+
+// retire is the table's RetireFunc: it retires e if its cell is idle.
+func (k *codec) retire(e *table.Entry[*cell], now int64) bool {
+	if e.RetireWordIf(func(w int64) bool { return w != wideWord && k.idle(k.unpack(w), now) }) {
+		return true
+	}
+	if e.Word.Load() != wideWord {
+		return false
+	}
+	return e.RetireLockedIf(func(s **cell) bool {
+		return e.Word.Load() == wideWord && k.idle(**s, now)
+	})
+}

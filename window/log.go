@@ -1,0 +1,134 @@
+package window
+
+import (
+	"time"
+
+	"github.com/shardlimiter/shardlimiter/limit"
+	"github.com/shardlimiter/shardlimiter/table"
+)
+
+// logState is one SLIDING_LOG key: the timestamps of the hits it counts,
+// oldest first, one per hit. The zero logState is a fresh key.
+type logState struct {
+	ring
+	last int64 // the newest recorded action, when idleAt != 0
+	// idleAt is 0 for a fresh key; otherwise the instant from which the
+	// key is equivalent to a fresh one: last + max(Period, MinInterval)
+	// under the rule of the take that last recorded hits. From then on a
+	// take treats it as fresh, whether or not the sweep has run.
+	idleAt int64
+}
+
+// take applies hits at now under r and returns the decision. The caller
+// holds the entry's mutex.
+//
+// A hit at t counts while now − t < Period. hits are admitted when the
+// counted hits plus hits are at most Limit and, with a MinInterval, at
+// least MinInterval has passed since the last recorded action. One take is
+// one action: its hits are recorded together, at one instant.
+func (s *logState) take(now int64, r limit.Rule, hits int64) limit.Decision {
+	now, hits = clampTime(now), max(hits, 0)
+	if r.Behavior.Has(limit.Reset) || s.idleAt != 0 && now >= s.idleAt {
+		s.clear()
+	}
+	at := now // the instant the take counts at
+	if s.idleAt != 0 {
+		// A clock stepped back counts as the last action's instant: the
+		// window never slides backwards, timestamps stay sorted.
+		at = max(at, s.last)
+	}
+	p, lim, mi := int64(r.Period), r.Limit, int64(r.MinInterval)
+	k := s.firstAfter(at - p)
+	n := int64(s.n) - int64(k)
+	ask := max(hits, 1) // a peek answers as a check of one hit would
+	d := limit.Decision{Allowed: ask <= lim-n && (s.idleAt == 0 || at-s.last >= mi)}
+	if hits > 0 && (d.Allowed || r.Behavior.Has(limit.CountRejected)) {
+		s.record(at, min(hits, lim), k, int(max(lim, n)), max(p, mi))
+		k, n = 0, int64(s.n)
+	}
+	d.Remaining = max(lim-n, 0)
+	d.ResetAt = now
+	if n > 0 {
+		d.ResetAt = min(s.newest()+p, s.idleAt)
+	}
+	if !d.Allowed {
+		d.RetryAfter = limit.Never
+		if ask <= lim {
+			d.RetryAfter = time.Duration(s.retryAt(at, k, n, p, lim-ask, mi) - now)
+		}
+	}
+	return d
+}
+
+// record drops the k expired timestamps and records h hits at t, keeping
+// at most bound (≥ h) timestamps: under COUNT_REJECTED the oldest give way.
+// Keeping only the newest Limit timestamps changes no decision: the hits
+// counted at any later instant are the newest ones, and once Limit of them
+// are counted every check is rejected anyway.
+func (s *logState) record(t int64, h int64, k, bound int, idleAfter int64) {
+	s.drop(k)
+	s.push(t, int(h), bound)
+	s.last, s.idleAt = t, t+idleAfter
+}
+
+// retryAt returns the first instant at which a check of lim−need hits
+// passes: once the n counted hits (the oldest at index k) have fallen to
+// need and MinInterval has passed since the last action, or once the key
+// has gone idle. Exact: at that instant the check passes, one ns earlier
+// it fails.
+func (s *logState) retryAt(at int64, k int, n, p, need, mi int64) int64 {
+	t := at
+	if n > need {
+		// The (n−need)-th oldest counted hit must leave the window.
+		t = max(t, s.at(k+int(n-need)-1)+p)
+	}
+	if s.idleAt != 0 {
+		t = max(t, s.last+mi)
+		t = min(t, s.idleAt)
+	}
+	return t
+}
+
+// clear makes s a fresh key.
+func (s *logState) clear() {
+	s.reset()
+	s.last, s.idleAt = 0, 0
+}
+
+// idle reports whether s has been equivalent to a fresh key since
+// idleSlack before now.
+func (s *logState) idle(now int64) bool { return s.idleAt == 0 || s.idleAt <= now-idleSlack }
+
+// Log is the SLIDING_LOG table: an exact log of the hits each key counts,
+// at most Limit timestamps per key, with an optional minimum interval
+// between actions.
+//
+// A key's state is guarded by its entry's mutex; nothing else runs under
+// it. All methods are safe for concurrent use.
+type Log struct {
+	t *table.Table[logState]
+}
+
+// NewLog returns an empty SLIDING_LOG table.
+func NewLog(cfg table.Config) *Log { return &Log{t: table.New(cfg, retireLog)} }
+
+func retireLog(e *table.Entry[logState], now int64) bool {
+	return e.RetireLockedIf(func(s *logState) bool { return s.idle(now) })
+}
+
+// Take applies hits to key under r at now (Unix ns). r must be valid.
+func (l *Log) Take(key string, now int64, r limit.Rule, hits int64) limit.Decision {
+	return table.UpdateLocked(l.t, key, now, func(s *logState) limit.Decision { return s.take(now, r, hits) })
+}
+
+// Sweep retires up to about budget keys that have been idle for at least a
+// second at now, and returns how many it removed.
+func (l *Log) Sweep(now int64, budget int) int { return l.t.Sweep(now, budget) }
+
+// Len returns how many keys are held.
+func (l *Log) Len() int { return l.t.Len() }
+
+// Evicted returns how many keys were evicted to respect the key cap.
+func (l *Log) Evicted() uint64 { return l.t.Evicted() }
+
+var _ limit.Limiter = (*Log)(nil)

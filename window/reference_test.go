@@ -1,0 +1,294 @@
+package window
+
+import (
+	"math/bits"
+	"sync"
+	"time"
+
+	"github.com/shardlimiter/shardlimiter/limit"
+)
+
+// The reference tables: one map behind one mutex, plain unpacked state,
+// decisions written out directly. The optimized tables must answer exactly
+// as they do (equivalence_test.go), and are measured against them
+// (bench_test.go).
+
+// refWindow is a FIXED_WINDOW or SLIDING_WINDOW key: counts of the window
+// ending at end (and the one before it) under period.
+type refWindow struct {
+	period, end int64
+	prev, cur   int64
+}
+
+// refLocate places s relative to the window of period p containing now:
+// it returns the end of the window the take counts in, the instant it
+// counts at, and the counts it sees there.
+func refLocate(s refWindow, now, p int64) (end, at, prev, cur int64) {
+	end = now - now%p + p
+	if s.prev == 0 && s.cur == 0 {
+		return end, now, 0, 0
+	}
+	se := s.end
+	if s.period != p {
+		// The documented mapping of a period change: windows are compared
+		// by their end's slot; a new octave restarts.
+		g := refSlotExp(p)
+		if refSlotExp(s.period) != g {
+			return end, now, 0, 0
+		}
+		slot := s.end >> g
+		switch {
+		case slot == end>>g:
+			se = end
+		case slot == (end-p)>>g:
+			se = end - p
+		case slot > end>>g:
+			se = (slot<<g + p - 1) / p * p
+		default:
+			return end, now, 0, 0
+		}
+	}
+	switch {
+	case se == end:
+		return end, now, s.prev, s.cur
+	case se == end-p:
+		return end, now, s.cur, 0
+	case se > end: // clock went backwards: count at the stored window's start
+		return se, se - p, s.prev, s.cur
+	}
+	return end, now, 0, 0
+}
+
+func refSlotExp(p int64) int64 {
+	g := int64(63 - bits.LeadingZeros64(uint64(p)))
+	return min(g, 49)
+}
+
+type refWindows struct {
+	mu      sync.Mutex
+	m       map[string]*refWindow
+	sliding bool
+}
+
+func newRefFixed() *refWindows   { return &refWindows{m: map[string]*refWindow{}} }
+func newRefSliding() *refWindows { return &refWindows{m: map[string]*refWindow{}, sliding: true} }
+
+func (t *refWindows) Take(key string, now int64, r limit.Rule, hits int64) limit.Decision {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := t.m[key]
+	if s == nil {
+		s = &refWindow{}
+		t.m[key] = s
+	}
+	if r.Behavior.Has(limit.Reset) {
+		*s = refWindow{}
+	}
+	now = min(max(now, 0), MaxTime)
+	hits = max(hits, 0)
+	if t.sliding {
+		return refSlidingTake(s, now, r, hits)
+	}
+	return refFixedTake(s, now, r, hits)
+}
+
+func refFixedTake(s *refWindow, now int64, r limit.Rule, hits int64) limit.Decision {
+	p, lim := int64(r.Period), r.Limit
+	end, _, _, count := refLocate(*s, now, p)
+	before := count
+	ask := max(hits, 1)
+	d := limit.Decision{ResetAt: end}
+	if count+ask <= lim {
+		d.Allowed = true
+		count += hits
+	} else {
+		d.RetryAfter = time.Duration(end - now)
+		if ask > lim {
+			d.RetryAfter = limit.Never
+		}
+		if hits > 0 && r.Behavior.Has(limit.CountRejected) && count < lim {
+			count = min(count+hits, lim)
+		}
+	}
+	if count != before {
+		*s = refWindow{period: p, end: end, cur: count}
+	}
+	d.Remaining = max(lim-count, 0)
+	return d
+}
+
+func refSlidingTake(s *refWindow, now int64, r limit.Rule, hits int64) limit.Decision {
+	p, lim := int64(r.Period), r.Limit
+	end, at, prev, cur := refLocate(*s, now, p)
+	rem := end - at
+	ask := max(hits, 1)
+	// Admit when prev×rem/p + cur + ask ≤ lim, i.e. prev×rem ≤ (lim−cur−ask)×p.
+	fits := func(cur, ask int64) bool {
+		return lim-cur-ask >= 0 && le128(prev, rem, lim-cur-ask, p)
+	}
+	d := limit.Decision{}
+	before := cur
+	if fits(cur, ask) {
+		d.Allowed = true
+		cur += hits
+	} else if hits > 0 && r.Behavior.Has(limit.CountRejected) && cur < lim {
+		cur = min(cur+hits, lim)
+	}
+	// weighted = ⌈prev×rem/p⌉: the smallest w with prev×rem ≤ w×p.
+	hi, lo := bits.Mul64(uint64(prev), uint64(rem))
+	q, rr := bits.Div64(hi, lo, uint64(p))
+	weighted := int64(q)
+	if rr > 0 {
+		weighted++
+	}
+	d.Remaining = max(lim-weighted-cur, 0)
+	switch {
+	case cur > 0:
+		d.ResetAt = end + p
+	case prev > 0:
+		d.ResetAt = end
+	default:
+		d.ResetAt = now
+	}
+	if !d.Allowed {
+		d.RetryAfter = limit.Never
+		if ask <= lim {
+			d.RetryAfter = time.Duration(refSlidingRetry(end, p, prev, cur, lim-ask) - now)
+		}
+	}
+	if cur != before {
+		*s = refWindow{period: p, end: end, prev: prev, cur: cur}
+	}
+	return d
+}
+
+// refSlidingRetry solves estimate(t) ≤ need for the first integer t: in the
+// current window prev×(end−t) ≤ (need−cur)×p, else in the next
+// cur×(end+p−t) ≤ need×p.
+func refSlidingRetry(end, p, prev, cur, need int64) int64 {
+	if cur <= need {
+		hi, lo := bits.Mul64(uint64(need-cur), uint64(p))
+		q, _ := bits.Div64(hi, lo, uint64(prev))
+		return end - int64(q)
+	}
+	hi, lo := bits.Mul64(uint64(need), uint64(p))
+	q, _ := bits.Div64(hi, lo, uint64(cur))
+	return end + p - int64(q)
+}
+
+// le128 reports a×b ≤ c×d for non-negative operands.
+func le128(a, b, c, d int64) bool {
+	h1, l1 := bits.Mul64(uint64(a), uint64(b))
+	h2, l2 := bits.Mul64(uint64(c), uint64(d))
+	return h1 < h2 || h1 == h2 && l1 <= l2
+}
+
+// Sweep removes keys whose state no take at or after now−1s can see.
+func (t *refWindows) Sweep(now int64, _ int) int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := 0
+	for k, s := range t.m {
+		horizon := s.end
+		if t.sliding {
+			horizon += s.period
+		}
+		if s.cur == 0 && s.prev == 0 || horizon <= now-idleSlack {
+			delete(t.m, k)
+			n++
+		}
+	}
+	return n
+}
+
+func (t *refWindows) Len() int        { t.mu.Lock(); defer t.mu.Unlock(); return len(t.m) }
+func (t *refWindows) Evicted() uint64 { return 0 }
+
+// refLogKey is a SLIDING_LOG key: the sorted timestamps of counted hits.
+type refLogKey struct {
+	times  []int64
+	last   int64
+	idleAt int64 // 0: fresh
+}
+
+type refLog struct {
+	mu sync.Mutex
+	m  map[string]*refLogKey
+}
+
+func newRefLog() *refLog { return &refLog{m: map[string]*refLogKey{}} }
+
+func (t *refLog) Take(key string, now int64, r limit.Rule, hits int64) limit.Decision {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := t.m[key]
+	if s == nil {
+		s = &refLogKey{}
+		t.m[key] = s
+	}
+	now = min(max(now, 0), MaxTime)
+	hits = max(hits, 0)
+	if r.Behavior.Has(limit.Reset) || s.idleAt != 0 && now >= s.idleAt {
+		*s = refLogKey{}
+	}
+	at := now
+	if s.idleAt != 0 && s.last > at {
+		at = s.last
+	}
+	p, lim, mi := int64(r.Period), r.Limit, int64(r.MinInterval)
+	var counted []int64
+	for _, ts := range s.times {
+		if at-ts < p {
+			counted = append(counted, ts)
+		}
+	}
+	ask := max(hits, 1)
+	n := int64(len(counted))
+	d := limit.Decision{Allowed: n+ask <= lim && (s.idleAt == 0 || at-s.last >= mi)}
+	if hits > 0 && (d.Allowed || r.Behavior.Has(limit.CountRejected)) {
+		for range min(hits, lim) {
+			counted = append(counted, at)
+		}
+		if keep := max(lim, n); int64(len(counted)) > keep {
+			counted = counted[int64(len(counted))-keep:]
+		}
+		s.times = counted
+		s.last, s.idleAt = at, at+max(p, mi)
+	}
+	n = int64(len(counted))
+	d.Remaining = max(lim-n, 0)
+	d.ResetAt = now
+	if n > 0 {
+		d.ResetAt = min(counted[n-1]+p, s.idleAt)
+	}
+	if !d.Allowed {
+		d.RetryAfter = limit.Never
+		if ask <= lim {
+			t := at
+			if n+ask > lim {
+				t = max(t, counted[n+ask-lim-1]+p)
+			}
+			if s.idleAt != 0 {
+				t = min(max(t, s.last+mi), s.idleAt)
+			}
+			d.RetryAfter = time.Duration(t - now)
+		}
+	}
+	return d
+}
+
+func (t *refLog) Sweep(now int64, _ int) int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := 0
+	for k, s := range t.m {
+		if s.idleAt <= now-idleSlack {
+			delete(t.m, k)
+			n++
+		}
+	}
+	return n
+}
+
+func (t *refLog) Len() int        { t.mu.Lock(); defer t.mu.Unlock(); return len(t.m) }
+func (t *refLog) Evicted() uint64 { return 0 }

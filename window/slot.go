@@ -1,0 +1,139 @@
+package window
+
+import (
+	"math"
+	"math/bits"
+	"time"
+
+	"github.com/shardlimiter/shardlimiter/limit"
+)
+
+// MaxTime is the latest instant (Unix ns, in the year 2113) the package
+// computes with: every now is clamped into [0, MaxTime]. It keeps a window
+// end plus a period below 2^62, which the packed words rely on (fixed.go).
+const MaxTime = 1<<62 - 1<<56
+
+// idleSlack is how long a key must have been indistinguishable from a fresh
+// key before Sweep retires it. The node reads the clock for a batch of
+// takes before running them and the sweep reads it again later, so a take
+// may carry a now slightly older than the sweep's; retiring a key that is
+// idle at the sweep's now but not at the take's would hand that take a
+// fresh window early. (The bucket package uses the same slack.)
+const idleSlack = int64(time.Second)
+
+func clampTime(now int64) int64 { return min(max(now, 0), MaxTime) }
+
+// Window identity.
+//
+// Windows of period p end at multiples of p. A key's state records the end
+// E of the window its count belongs to as a slot: E >> g, with
+// g = slotExp(p) ≤ log2(p). Two windows of one period are at least
+// 2^g apart, so their slots differ: the slot identifies the window exactly,
+// for any now, and never wraps. It also tells the sweep, which does not
+// know the rule, when the window ended (to within 2^g).
+//
+// A take maps the stored slot onto the windows of its own rule at now:
+// the same slot as the current window, the slot of the previous window, an
+// earlier slot (expired), or a later one (the clock went backwards: the
+// stored window is kept, see cell.at). With the Period unchanged this is
+// exact. A new Period of another octave (another g) restarts the state. A
+// new Period of the same octave carries the counts over only when its
+// current (or previous) window ends in the stored slot, that is within
+// 2^g ≤ Period of the stored window's end: counting those hits in the new
+// window is conservative, and they lapse with it.
+
+// maxSlotExp caps g, so that long periods keep more bits for counts; any
+// g ≤ log2(p) identifies windows.
+const maxSlotExp = 49
+
+// slotExp returns g for period p: ⌊log2 p⌋, at most maxSlotExp.
+func slotExp(p int64) int64 { return min(int64(bits.Len64(uint64(p)))-1, maxSlotExp) }
+
+// maxPeriodOf returns the longest period whose slot exponent is g.
+func maxPeriodOf(g int64) int64 {
+	if g >= maxSlotExp {
+		return int64(limit.MaxPeriod)
+	}
+	return 1<<(g+1) - 1
+}
+
+// slotEnd returns an upper bound of the end of a window recorded in slot
+// at exponent g.
+func slotEnd(slot, g int64) int64 { return (slot + 1) << g }
+
+// cell is the unpacked state of one FIXED_WINDOW or SLIDING_WINDOW key: the
+// counts of the window recorded in slot, and (sliding only) of the window
+// before it. The zero cell is a fresh key. Packed words (fixed.go,
+// sliding.go) hold the same information.
+type cell struct {
+	g    int64 // slot exponent of the period the cell was written under
+	slot int64 // end >> g of the window cur counts
+	prev int64 // hits counted in the window before it (SLIDING_WINDOW)
+	cur  int64 // hits counted in the window
+}
+
+// view is a cell seen from a take: its counts mapped onto the window of the
+// take's rule that contains now.
+type view struct {
+	g, p int64
+	end  int64 // end of the window cur counts
+	now  int64 // the take's now, or the start of a stored window that lies ahead of it
+	prev int64
+	cur  int64
+}
+
+// at maps c onto the windows of period p at now (see "Window identity").
+func (c cell) at(now, p int64) view {
+	g := slotExp(p)
+	end := (now/p + 1) * p
+	v := view{g: g, p: p, end: end, now: now}
+	if c.g != g || c.cur == 0 && c.prev == 0 {
+		return v
+	}
+	switch s := end >> g; {
+	case c.slot == s:
+		v.prev, v.cur = c.prev, c.cur
+	case c.slot == (end-p)>>g:
+		v.prev = c.cur
+	case c.slot > s:
+		// The clock went backwards past the start of the stored window.
+		// The take counts as made at that start, so that stepping the
+		// clock back never opens a new window: the stored window ends at
+		// the first multiple of p in or after its slot (its exact end when
+		// the period is unchanged).
+		lo := c.slot << g
+		v.end = (lo + p - 1) / p * p
+		v.now = v.end - p
+		v.prev, v.cur = c.prev, c.cur
+	}
+	return v
+}
+
+// store returns the cell recording counts prev and cur in v's window.
+func (v view) store(prev, cur int64) cell {
+	return cell{g: v.g, slot: v.end >> v.g, prev: prev, cur: cur}
+}
+
+// mulDivFloor returns ⌊a×b/c⌋ for non-negative a, b and positive c,
+// saturated at math.MaxInt64. Counts times periods need up to ~85 bits.
+func mulDivFloor(a, b, c int64) int64 {
+	hi, lo := bits.Mul64(uint64(a), uint64(b))
+	if hi >= uint64(c) {
+		return math.MaxInt64
+	}
+	q, _ := bits.Div64(hi, lo, uint64(c))
+	return int64(min(q, math.MaxInt64))
+}
+
+// mulDivCeil returns ⌈a×b/c⌉ under the same conditions.
+func mulDivCeil(a, b, c int64) int64 {
+	hi, lo := bits.Mul64(uint64(a), uint64(b))
+	if hi >= uint64(c) {
+		return math.MaxInt64
+	}
+	q, r := bits.Div64(hi, lo, uint64(c))
+	if r != 0 {
+		q++
+	}
+	return int64(min(q, math.MaxInt64))
+}
