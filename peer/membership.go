@@ -1,0 +1,481 @@
+package peer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+
+	"github.com/shardlimiter/shardlimiter/ring"
+)
+
+// MembershipConfig configures gossip membership. Optional fields state what
+// their zero value means.
+type MembershipConfig struct {
+	// NodeName identifies this node in gossip and on the ring. It must be
+	// unique in the cluster; several nodes may share an IP. Required, at
+	// most 256 bytes.
+	NodeName string
+	// BindAddr is the host:port memberlist listens on, TCP and UDP. The
+	// host is an IP literal, "localhost" or empty (all interfaces); port 0
+	// picks a free port (see LocalAddr). Empty means ":7946".
+	BindAddr string
+	// AdvertiseAddr is where peers reach this node's gossip when that is
+	// not the bind address (an all-interfaces bind, NAT; in Kubernetes the
+	// pod IP): "host" keeps the bind port, "host:port" sets both. A DNS
+	// name is resolved with Resolver when Run starts. Empty lets memberlist
+	// pick: the bind IP, or for an all-interfaces bind the machine's first
+	// private IP. With bind port 0 the bound port is advertised.
+	AdvertiseAddr string
+	// GRPCAddr is the host:port peers forward checks to, published in the
+	// node metadata (see Meta). An empty or unspecified host (":8081") is
+	// read by peers as this node's gossip IP. Required; port 1-65535.
+	GRPCAddr string
+	// Seeds are the nodes to join: "host:port", "host" (port
+	// DefaultGossipPort), "[v6]:port" or "[v6]"; host is an IP or a DNS
+	// name. Names are resolved at every attempt (DNS may lag behind pod
+	// start) and a name joins every address it resolves to. This node's own
+	// address is skipped. Empty: a cluster of one, joined at once.
+	Seeds []string
+	// JoinRetry is the pause between join attempts until one succeeds,
+	// ±20 % jitter. No backoff: an attempt costs a lookup and a TCP
+	// exchange, and readiness waits for it. Zero means 1 s.
+	JoinRetry time.Duration
+	// RejoinInterval is how often, once joined, the seeds are resolved
+	// again and the addresses that are not members joined. That merges
+	// nodes that started together and each found only itself, and heals
+	// partitions that outlast memberlist's gossip to dead nodes (30 s).
+	// Shorter heals sooner for one lookup per interval. Zero means 30 s;
+	// negative disables.
+	RejoinInterval time.Duration
+	// Logger receives this type's logs and memberlist's (levels mapped; see
+	// gossipLogger). Nil discards them.
+	Logger *slog.Logger
+	// Resolver looks up a host name's addresses. Nil means
+	// net.DefaultResolver.LookupHost; tests substitute a fake.
+	Resolver func(ctx context.Context, host string) ([]string, error)
+}
+
+// Membership is this node's view of the cluster, kept by gossip
+// (hashicorp/memberlist). All methods are safe for concurrent use.
+//
+// Members comes from memberlist's event callbacks, copied under a mutex, not
+// from memberlist.Members: the nodes that returns are read by memberlist's
+// goroutines while they update them, a data race once the caller reads them
+// outside memberlist's lock.
+type Membership struct {
+	cfg      MembershipConfig // defaults filled in
+	log      *slog.Logger
+	seeds    []seed
+	meta     []byte // encoded Meta; never modified
+	bindHost string
+	bindPort int
+
+	ml           atomic.Pointer[memberlist.Memberlist]
+	localAddr    atomic.Pointer[string]
+	ran          atomic.Bool
+	joined       atomic.Bool
+	joinAttempts atomic.Int64  // for tests
+	claims       atomic.Uint64 // other addresses seen claiming our name
+	started      chan struct{} // closed by Run once memberlist is up
+	changed      chan struct{} // cap 1, never closed
+	nameClaimed  chan struct{} // cap 1, never closed
+
+	mu      sync.Mutex
+	members map[string]*member // by node name, this node included
+
+	lifeMu sync.Mutex // serializes Leave and the shutdown in Run
+	left   bool       // guarded by lifeMu
+	down   bool       // guarded by lifeMu: memberlist shut down
+}
+
+// member is what Membership keeps of one alive node.
+type member struct {
+	gossip string // gossip host:port
+	addr   string // gRPC address, host substituted (see Meta)
+	err    error  // undecodable metadata: left out of Members
+	logged bool   // err has been logged
+}
+
+// NewMembership checks cfg and fills in defaults. It starts nothing and
+// binds no socket; Run does.
+func NewMembership(cfg MembershipConfig) (*Membership, error) {
+	if cfg.NodeName == "" || len(cfg.NodeName) > 256 {
+		return nil, errors.New("peer: node name must be 1-256 bytes")
+	}
+	meta, err := Meta{GRPCAddr: cfg.GRPCAddr}.MarshalBinary()
+	if err != nil {
+		return nil, err
+	}
+	if cfg.BindAddr == "" {
+		cfg.BindAddr = ":" + strconv.Itoa(DefaultGossipPort)
+	}
+	host, port, err := splitBind(cfg.BindAddr)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.AdvertiseAddr != "" {
+		if _, _, err := splitAdvertise(cfg.AdvertiseAddr, 0); err != nil {
+			return nil, err
+		}
+	}
+	m := &Membership{meta: meta, bindHost: host, bindPort: port}
+	for i, s := range cfg.Seeds {
+		sd, err := parseSeed(s)
+		if err != nil {
+			return nil, fmt.Errorf("peer: seed %d of %d: %w", i+1, len(cfg.Seeds), err)
+		}
+		m.seeds = append(m.seeds, sd)
+	}
+	if cfg.JoinRetry <= 0 {
+		cfg.JoinRetry = time.Second
+	}
+	if cfg.RejoinInterval == 0 {
+		cfg.RejoinInterval = 30 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Resolver == nil {
+		cfg.Resolver = net.DefaultResolver.LookupHost
+	}
+	m.cfg, m.log = cfg, cfg.Logger
+	m.started = make(chan struct{})
+	m.changed = make(chan struct{}, 1)
+	m.nameClaimed = make(chan struct{}, 1)
+	m.members = make(map[string]*member)
+	return m, nil
+}
+
+// Run starts memberlist (binding its sockets), joins the seeds in the
+// background (see MembershipConfig.Seeds, JoinRetry) and serves gossip until
+// ctx is done. Then it shuts memberlist down without leaving (call Leave
+// first for a graceful exit) and returns nil once its join goroutine has
+// exited and memberlist's sockets are closed. memberlist.Shutdown does not
+// wait for memberlist's own goroutines: they see the shutdown and exit
+// shortly after Run returns (a probe in flight when its ack timer fires, one
+// probe interval, 0.5 s; a stream handler in flight within the 3 s TCP
+// timeout). A ctx cancelled mid-join is noticed between join targets, so Run
+// may take up to that TCP timeout to return. It fails only if memberlist
+// cannot start. Run may be called once.
+func (m *Membership) Run(ctx context.Context) error {
+	if !m.ran.CompareAndSwap(false, true) {
+		return errors.New("peer: membership Run called twice")
+	}
+	if ctx.Err() != nil {
+		return nil
+	}
+	conf, err := m.gossipConfig(ctx)
+	if err != nil {
+		return err
+	}
+	ml, err := memberlist.Create(conf) // binds, then calls NotifyJoin for us
+	if err != nil {
+		return fmt.Errorf("peer: start gossip on %s: %w", m.cfg.BindAddr, err)
+	}
+	local := net.JoinHostPort(m.bindHost, strconv.Itoa(conf.BindPort))
+	m.localAddr.Store(&local)
+	m.ml.Store(ml)
+	if len(m.seeds) == 0 {
+		m.joined.Store(true)
+	}
+	close(m.started)
+	m.log.Info("gossip started", "name", m.cfg.NodeName, "bind", local, "advertise", m.selfGossip(), "seeds", m.cfg.Seeds)
+
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		m.joinLoop(ctx, ml)
+	}()
+	<-ctx.Done()
+	<-done
+
+	m.lifeMu.Lock()
+	defer m.lifeMu.Unlock()
+	m.down = true
+	if err := ml.Shutdown(); err != nil { // idempotent; never leaves
+		return fmt.Errorf("peer: stop gossip: %w", err)
+	}
+	return nil
+}
+
+// Started is closed once Run has memberlist up: LocalAddr is known and the
+// node answers gossip. It is never closed if Run fails to start or is not
+// called, so wait on Run's result too.
+func (m *Membership) Started() <-chan struct{} { return m.started }
+
+// LocalAddr is the gossip host:port bound, the real port when BindAddr's is
+// 0; the host is as configured ("0.0.0.0" for all interfaces). Empty before
+// Started.
+func (m *Membership) LocalAddr() string {
+	if p := m.localAddr.Load(); p != nil {
+		return *p
+	}
+	return ""
+}
+
+// Joined reports whether a join has succeeded: a seed answered, the seeds
+// resolve to this node alone, or there are no seeds. It stays true after
+// Leave and after Run returns.
+func (m *Membership) Joined() bool { return m.joined.Load() }
+
+// Changed is signalled, without blocking and coalesced, each time a member
+// joins, leaves or changes its metadata (and when Run adds this node). It has
+// capacity 1 and is never closed: receive, then call Members.
+func (m *Membership) Changed() <-chan struct{} { return m.changed }
+
+// Members returns the alive members, this node included, sorted by name;
+// Addr is each one's gRPC address. Members whose metadata cannot be decoded
+// are left out and logged once. Before Run adds this node it returns this
+// node alone with GRPCAddr as configured; after Leave this node is absent
+// (it has left; the others route its keys); after Run returns it keeps the
+// last view.
+func (m *Membership) Members() []ring.Member {
+	var bad []string
+	var badErrs []error
+	m.mu.Lock()
+	out := make([]ring.Member, 0, len(m.members))
+	for name, mb := range m.members {
+		if mb.err == nil {
+			out = append(out, ring.Member{Name: name, Addr: mb.addr})
+		} else if !mb.logged {
+			mb.logged = true
+			bad, badErrs = append(bad, name), append(badErrs, mb.err)
+		}
+	}
+	m.mu.Unlock()
+	for i, name := range bad {
+		m.log.Warn("ignoring member with undecodable metadata", "member", name, "err", badErrs[i])
+	}
+	if m.ml.Load() == nil && len(out) == 0 {
+		return []ring.Member{{Name: m.cfg.NodeName, Addr: m.cfg.GRPCAddr}}
+	}
+	slices.SortFunc(out, func(a, b ring.Member) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
+// Leave broadcasts that this node is leaving, so the others drop it at once
+// instead of detecting a failure, and waits until the broadcast went out or
+// timeout passed (≤ 0 means 5 s). Gossip keeps running until Run returns.
+// Leave is idempotent and a no-op before Run starts memberlist or after it
+// shut down; it delays Run's shutdown until it returns.
+func (m *Membership) Leave(timeout time.Duration) error {
+	if timeout <= 0 {
+		timeout = 5 * time.Second
+	}
+	m.lifeMu.Lock()
+	defer m.lifeMu.Unlock()
+	ml := m.ml.Load()
+	if ml == nil || m.down || m.left {
+		return nil
+	}
+	m.left = true
+	if err := ml.Leave(timeout); err != nil {
+		return fmt.Errorf("peer: leave gossip: %w", err)
+	}
+	return nil
+}
+
+// gossipAddrs returns the gossip addresses of the alive members.
+func (m *Membership) gossipAddrs() map[string]bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make(map[string]bool, len(m.members))
+	for _, mb := range m.members {
+		out[mb.gossip] = true
+	}
+	return out
+}
+
+// randomMembers returns the gossip addresses of up to n other members.
+func (m *Membership) randomMembers(n int) []string {
+	m.mu.Lock()
+	var all []string
+	for name, mb := range m.members {
+		if name != m.cfg.NodeName {
+			all = append(all, mb.gossip)
+		}
+	}
+	m.mu.Unlock()
+	rand.Shuffle(len(all), func(i, j int) { all[i], all[j] = all[j], all[i] })
+	return all[:min(n, len(all))]
+}
+
+// selfGossip is the gossip address this node advertises; empty before Run.
+func (m *Membership) selfGossip() string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if mb := m.members[m.cfg.NodeName]; mb != nil {
+		return mb.gossip
+	}
+	return ""
+}
+
+// isSelf reports whether target ("ip:port") is this node's gossip address.
+func (m *Membership) isSelf(target string) bool {
+	return target == m.selfGossip() || target == m.LocalAddr()
+}
+
+func (m *Membership) signal(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// Failure detection. memberlist's LAN profile notices a crashed node in
+// about 5-10 s (1 s probes, suspicion 4 × 1 s); we want ≈3 s and at most
+// ~5 s for 3-5 nodes, so:
+//
+//	ProbeInterval  500 ms  each node probes one peer per interval, round-robin
+//	ProbeTimeout   200 ms  direct UDP ack; then indirect pings via 3 peers and
+//	                       a TCP ping until the interval ends
+//	SuspicionMult  3       suspect → dead after 3 × 0.5 s × max(1, log10 n)
+//	                       = 1.5 s for n ≤ 10, once one other node confirms
+//	                       (k = SuspicionMult-2 = 1); with no confirmation
+//	                       SuspicionMaxTimeoutMult × 1.5 s = 6 s
+//	GossipInterval 100 ms  suspect/dead/alive spread to 3 nodes per round
+//
+// Crash at t0 (sockets gone), n nodes, n-1 survivors probing round-robin:
+//
+//	first probe of the dead node  ≤ (n-1) × 0.5 s   (0.5-1 s typical)
+//	that probe fails              + 0.5 s          → suspect, gossiped
+//	a second survivor confirms    its own probe, also within (n-1)×0.5 s + 0.5 s
+//	suspicion timeout             + 1.5 s          → dead, gossiped in ~0.1-0.2 s
+//
+// n = 3: ≈ 2.5-3.5 s; n = 5: worst ≈ 2 + 0.5 + 1.5 + 0.2 ≈ 4.2 s. A live
+// node that misses a probe (loss, a pause) has 1.5 s, 15 gossip rounds, to
+// refute. Idle cost: 2 probes/s per node; gossip sends only pending news.
+//
+// DeadNodeReclaimTime lets a node restarted under the same name at a new
+// address take its name back 0.5 s after the old entry is declared dead
+// (memberlist's default 0 never lets it); reclaimName keeps pushing until
+// then. TCPTimeout (10 s in the LAN profile) bounds a join attempt and
+// push/pull on a LAN, where state for hundreds of nodes moves in
+// milliseconds.
+func (m *Membership) gossipConfig(ctx context.Context) (*memberlist.Config, error) {
+	c := memberlist.DefaultLANConfig()
+	c.Name = m.cfg.NodeName
+	c.BindAddr, c.BindPort = m.bindHost, m.bindPort
+	c.AdvertisePort = m.bindPort
+	if m.cfg.AdvertiseAddr != "" {
+		host, port, err := splitAdvertise(m.cfg.AdvertiseAddr, m.bindPort)
+		if err != nil {
+			return nil, err
+		}
+		if net.ParseIP(host) == nil {
+			rctx, cancel := context.WithTimeout(ctx, resolveTimeout)
+			ips, err := m.cfg.Resolver(rctx, host)
+			cancel()
+			if err != nil || len(ips) == 0 {
+				return nil, fmt.Errorf("peer: resolve advertise address %s: %w", host, errors.Join(err, errors.New("no addresses")))
+			}
+			host = ips[0]
+		}
+		c.AdvertiseAddr, c.AdvertisePort = host, port
+	}
+	c.ProbeInterval = 500 * time.Millisecond
+	c.ProbeTimeout = 200 * time.Millisecond
+	c.SuspicionMult = 3
+	c.SuspicionMaxTimeoutMult = 4
+	c.GossipInterval = 100 * time.Millisecond
+	c.DeadNodeReclaimTime = 500 * time.Millisecond
+	c.TCPTimeout = 3 * time.Second
+	h := &hooks{m: m}
+	c.Delegate, c.Events, c.Conflict = h, h, h
+	c.Logger = gossipLogger(m.log)
+	return c, nil
+}
+
+// splitBind parses BindAddr: host:port with an IP, "localhost" or empty host.
+func splitBind(addr string) (host string, port int, err error) {
+	host, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", 0, fmt.Errorf("peer: gossip bind address %q: %w", addr, err)
+	}
+	n, err := strconv.ParseUint(p, 10, 16)
+	if err != nil {
+		return "", 0, fmt.Errorf("peer: gossip bind address %q: port must be 0-65535", addr)
+	}
+	switch {
+	case host == "":
+		host = "0.0.0.0"
+	case host == "localhost":
+		host = "127.0.0.1"
+	case net.ParseIP(host) == nil:
+		return "", 0, fmt.Errorf("peer: gossip bind address %q: host must be an IP address", addr)
+	}
+	return host, int(n), nil
+}
+
+// splitAdvertise parses AdvertiseAddr, "host" or "host:port"; a bare host
+// gets port def.
+func splitAdvertise(addr string, def int) (host string, port int, err error) {
+	if net.ParseIP(strings.Trim(addr, "[]")) != nil || !strings.Contains(addr, ":") {
+		host = strings.Trim(addr, "[]")
+		if net.ParseIP(host) == nil && !isDNSName(host) {
+			return "", 0, fmt.Errorf("peer: advertise address %q is not an IP address or a DNS name", addr)
+		}
+		return host, def, nil
+	}
+	host, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", 0, fmt.Errorf("peer: advertise address %q: %w", addr, err)
+	}
+	n, err := strconv.ParseUint(p, 10, 16)
+	if err != nil || n == 0 || (net.ParseIP(host) == nil && !isDNSName(host)) {
+		return "", 0, fmt.Errorf("peer: advertise address %q: want host or host:port with port 1-65535", addr)
+	}
+	return host, int(n), nil
+}
+
+// hooks receives memberlist's callbacks. memberlist calls them from its own
+// goroutines, often holding its node lock, so none of them may block or call
+// back into memberlist: each does a short critical section on Membership.mu
+// and a non-blocking send at most. The Delegate methods are in meta.go,
+// NotifyConflict in join.go.
+type hooks struct{ m *Membership }
+
+var (
+	_ memberlist.Delegate         = (*hooks)(nil)
+	_ memberlist.EventDelegate    = (*hooks)(nil)
+	_ memberlist.ConflictDelegate = (*hooks)(nil)
+)
+
+// NotifyJoin, NotifyLeave and NotifyUpdate are called with memberlist's node
+// lock held, one at a time and in order, from several goroutines; n is only
+// valid during the call.
+func (h *hooks) NotifyJoin(n *memberlist.Node)   { h.m.upsert(n) }
+func (h *hooks) NotifyUpdate(n *memberlist.Node) { h.m.upsert(n) }
+func (h *hooks) NotifyLeave(n *memberlist.Node) {
+	h.m.mu.Lock()
+	delete(h.m.members, n.Name)
+	h.m.mu.Unlock()
+	h.m.signal(h.m.changed)
+}
+
+// upsert records n as alive; its gRPC address comes from its metadata.
+func (m *Membership) upsert(n *memberlist.Node) {
+	mb := &member{gossip: n.Address()}
+	var meta Meta
+	if mb.err = meta.UnmarshalBinary(n.Meta); mb.err == nil {
+		mb.addr = resolveGRPCAddr(meta.GRPCAddr, n.Addr)
+	}
+	m.mu.Lock()
+	if old := m.members[n.Name]; old != nil && old.err != nil && mb.err != nil {
+		mb.logged = old.logged // same trouble: do not log it again
+	}
+	m.members[n.Name] = mb
+	m.mu.Unlock()
+	m.signal(m.changed)
+}

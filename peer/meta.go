@@ -1,0 +1,130 @@
+package peer
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+
+	"github.com/hashicorp/memberlist"
+)
+
+// metaVersion is the metadata encoding this build writes.
+const metaVersion = 1
+
+// metaFirstIncompatible is the first version number reserved for layouts that
+// do not start with the version-1 fields (see Meta).
+const metaFirstIncompatible = 128
+
+// ErrMetaVersion reports node metadata in a layout this build cannot read.
+var ErrMetaVersion = errors.New("peer: unsupported node metadata version")
+
+// Meta is what a node publishes about itself in its gossip metadata
+// (memberlist's Node.Meta). Encoded, it must fit in memberlist.MetaMaxSize
+// (512) bytes; NewMembership checks that.
+//
+// Encoding. Byte 0 is the version. Version 1 follows it with one field: a
+// uvarint length and that many bytes of GRPCAddr, and nothing else. Later
+// versions 2..127 must keep the version-1 fields first and only append, so a
+// reader decodes any version in 1..127 it does not know by reading the fields
+// it knows and ignoring the rest: an old node keeps routing to a newer one.
+// A layout that cannot keep that prefix must use a version from 128 up;
+// readers that do not know it fail with ErrMetaVersion rather than guess.
+// Version 0, truncated fields, trailing bytes in version 1 and an invalid
+// address are errors.
+type Meta struct {
+	// GRPCAddr is the host:port peers forward checks to. An empty or
+	// unspecified host (":8081", "0.0.0.0:8081", "[::]:8081") means "the
+	// address I gossip from": Membership.Members substitutes the node's
+	// gossip IP.
+	GRPCAddr string
+}
+
+// MarshalBinary encodes m in the current version.
+func (m Meta) MarshalBinary() ([]byte, error) {
+	if err := checkGRPCAddr(m.GRPCAddr); err != nil {
+		return nil, err
+	}
+	b := make([]byte, 0, 1+binary.MaxVarintLen64+len(m.GRPCAddr))
+	b = append(b, metaVersion)
+	b = binary.AppendUvarint(b, uint64(len(m.GRPCAddr)))
+	b = append(b, m.GRPCAddr...)
+	if len(b) > memberlist.MetaMaxSize {
+		return nil, fmt.Errorf("peer: node metadata is %d bytes, over memberlist's limit of %d: gRPC address too long", len(b), memberlist.MetaMaxSize)
+	}
+	return b, nil
+}
+
+// UnmarshalBinary decodes b, written by this or a compatible later version.
+func (m *Meta) UnmarshalBinary(b []byte) error {
+	if len(b) == 0 {
+		return errors.New("peer: node metadata is empty")
+	}
+	v := b[0]
+	switch {
+	case v == 0:
+		return errors.New("peer: node metadata version 0 is invalid")
+	case v >= metaFirstIncompatible:
+		return fmt.Errorf("peer: node metadata version %d: %w", v, ErrMetaVersion)
+	}
+	rest := b[1:]
+	n, size := binary.Uvarint(rest)
+	if size <= 0 || n > uint64(len(rest)-size) {
+		return fmt.Errorf("peer: node metadata version %d: truncated gRPC address", v)
+	}
+	addr := string(rest[size : size+int(n)])
+	if v == metaVersion && size+int(n) != len(rest) {
+		return fmt.Errorf("peer: node metadata version 1: %d trailing bytes", len(rest)-size-int(n))
+	}
+	if err := checkGRPCAddr(addr); err != nil {
+		return err
+	}
+	m.GRPCAddr = addr
+	return nil
+}
+
+// checkGRPCAddr accepts host:port with a port in 1..65535; the host may be
+// empty or unspecified (see Meta.GRPCAddr).
+func checkGRPCAddr(addr string) error {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("peer: gRPC address %q: %w", addr, err)
+	}
+	if p, err := strconv.ParseUint(port, 10, 16); err != nil || p == 0 {
+		return fmt.Errorf("peer: gRPC address %q: port must be 1-65535", addr)
+	}
+	return nil
+}
+
+// resolveGRPCAddr returns the address peers dial for a node whose metadata
+// says addr and whose gossip IP is ip: addr itself, or, when addr's host is
+// empty or unspecified, ip with addr's port.
+func resolveGRPCAddr(addr string, ip net.IP) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil || ip == nil {
+		return addr
+	}
+	if h := net.ParseIP(host); host != "" && (h == nil || !h.IsUnspecified()) {
+		return addr
+	}
+	return net.JoinHostPort(ip.String(), port)
+}
+
+// NodeMeta returns this node's encoded Meta. Called concurrently, when an
+// alive message is built; the slice is shared and never modified.
+// NewMembership checked it fits memberlist.MetaMaxSize; should memberlist
+// ever ask for less, nothing is published rather than a truncated record.
+func (h *hooks) NodeMeta(limit int) []byte {
+	if len(h.m.meta) > limit {
+		return nil
+	}
+	return h.m.meta
+}
+
+// NotifyMsg, GetBroadcasts, LocalState and MergeRemoteState carry user data,
+// which Membership does not use.
+func (h *hooks) NotifyMsg([]byte)                  {}
+func (h *hooks) GetBroadcasts(int, int) [][]byte   { return nil }
+func (h *hooks) LocalState(bool) []byte            { return nil }
+func (h *hooks) MergeRemoteState(_ []byte, _ bool) {}
