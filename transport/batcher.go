@@ -224,7 +224,7 @@ func (c *PeerClient) send(parent context.Context, b *batch) {
 			s.fail(err)
 		}
 	} else {
-		b.deliver(resp.GetResponses())
+		b.deliver(resp.GetResponses(), resp.GetOwner())
 	}
 	c.metrics.peerRPC(b.n, elapsed, kind)
 
@@ -234,13 +234,14 @@ func (c *PeerClient) send(parent context.Context, b *batch) {
 	batchPool.Put(b)
 }
 
-// deliver answers b's checks from the owner's responses, in order.
-func (b *batch) deliver(resps []*pb.RateLimitResponse) {
+// deliver answers b's checks from the owner's responses, in order; owner
+// names the node that decided items whose metadata names none.
+func (b *batch) deliver(resps []*pb.RateLimitResponse, owner string) {
 	off := 0
 	for _, s := range b.segs {
 		res := s.call.results
 		for i := s.lo; i < s.hi; i++ {
-			res[i] = resultFromProto(resps[off])
+			res[i] = resultFromProto(resps[off], owner)
 			off++
 		}
 		s.call.answered(s.hi - s.lo)

@@ -19,8 +19,9 @@ import (
 
 // owner is a real Peers server (GRPCServer over bufconn) whose Local checker
 // records the size of every batch as it arrives and, when gated, holds each
-// one until the test releases it. It answers Owner = Key and
-// Remaining = Hits, so that a caller can tell its own results.
+// one until the test releases it. It answers Remaining = Hits, and every
+// check a test sends has distinct Hits (see goForward), so that a caller can
+// tell its own results.
 type owner struct {
 	target  string
 	dialer  grpc.DialOption
@@ -63,7 +64,7 @@ func (o *owner) check(ctx context.Context, checks []limit.Check) ([]limit.Result
 			results[i] = limit.Failed(limit.Invalid, errors.New("limit must be > 0, got 0"))
 			continue
 		}
-		results[i] = limit.Result{Decision: limit.Decision{Allowed: true, Remaining: c.Hits}, Owner: c.Key}
+		results[i] = limit.Result{Decision: limit.Decision{Allowed: true, Remaining: c.Hits}, Owner: "owner"}
 	}
 	return results, nil
 }
@@ -125,11 +126,15 @@ type forwardResult struct {
 	err     error
 }
 
+// uniqueHits numbers every check the tests forward, so that the owner's
+// answer (Remaining = Hits) identifies the check it answers.
+var uniqueHits atomic.Int64
+
 // goForward runs Forward of n checks with keys prefix/0… in a goroutine.
 func goForward(ctx context.Context, c *PeerClient, prefix string, n int) <-chan forwardResult {
 	checks := make([]limit.Check, n)
 	for i := range checks {
-		checks[i] = mkCheck(fmt.Sprintf("%s/%d", prefix, i), int64(i+1))
+		checks[i] = mkCheck(fmt.Sprintf("%s/%d", prefix, i), uniqueHits.Add(1))
 	}
 	out := make(chan forwardResult, 1)
 	go func() {
@@ -146,7 +151,7 @@ func (r forwardResult) mustOwn(t testing.TB) {
 		t.Fatalf("Forward(%d checks) = %d results, %v, want %d results", len(r.checks), len(r.results), r.err, len(r.checks))
 	}
 	for i, c := range r.checks {
-		want := limit.Result{Decision: limit.Decision{Allowed: true, Remaining: c.Hits}, Owner: c.Key}
+		want := limit.Result{Decision: limit.Decision{Allowed: true, Remaining: c.Hits}, Owner: "owner"}
 		if r.results[i] != want {
 			t.Fatalf("Forward(%q)[%d] = %+v, want %+v", c.Key, i, r.results[i], want)
 		}
@@ -361,7 +366,7 @@ func TestPeerClientOwnerItemErrors(t *testing.T) {
 	}
 	want := limit.Result{Error: "limit must be > 0, got 0", Reason: limit.Invalid}
 	want.RetryAfter = 0
-	if results[1] != want || results[0].Owner != "ok" {
+	if results[1] != want || results[0].Owner != "owner" {
 		t.Errorf("Forward(ok, bad) = %+v, want [ok's answer, %+v]", results, want)
 	}
 }
@@ -444,13 +449,16 @@ func metricValue(t testing.TB, reg *prometheus.Registry, name, label, value stri
 }
 
 // BenchmarkPeerForward forwards from parallel callers to one owner over
-// bufconn; rpcs/op shows how much the batcher merges.
+// bufconn (owner included in the cost); rpcs/op shows how much the batcher
+// merges once callers outnumber the MaxInFlight slots.
 func BenchmarkPeerForward(b *testing.B) {
-	for _, items := range []int{1, 10} {
-		b.Run(fmt.Sprintf("items=%d", items), func(b *testing.B) {
+	for _, bc := range []struct{ items, parallelism int }{{1, 1}, {10, 1}, {1, 16}, {10, 16}} {
+		name := fmt.Sprintf("items=%d/callers=%dxGOMAXPROCS", bc.items, bc.parallelism)
+		b.Run(name, func(b *testing.B) {
 			o := newOwner(b, false)
 			c := o.client(b, PeerConfig{})
-			checks := benchChecks(items)
+			checks := benchChecks(bc.items)
+			b.SetParallelism(bc.parallelism)
 			b.ReportAllocs()
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
@@ -461,7 +469,7 @@ func BenchmarkPeerForward(b *testing.B) {
 				}
 			})
 			b.ReportMetric(float64(len(o.batchSizes()))/float64(b.N), "rpcs/op")
-			b.ReportMetric(float64(b.N*items)/b.Elapsed().Seconds(), "checks/s")
+			b.ReportMetric(float64(b.N*bc.items)/b.Elapsed().Seconds(), "checks/s")
 		})
 	}
 }

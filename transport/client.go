@@ -54,7 +54,7 @@ func (c *Client) GetRateLimits(ctx context.Context, checks []limit.Check) ([]lim
 	}
 	results := make([]limit.Result, len(checks))
 	for i, r := range resp.GetResponses() {
-		results[i] = resultFromProto(r)
+		results[i] = resultFromProto(r, "")
 	}
 	return results, nil
 }

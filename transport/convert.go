@@ -106,8 +106,9 @@ const (
 )
 
 // resultToProto writes r into dst, overwriting every field. lim is the
-// rule's Limit, echoed to the client.
-func resultToProto(r *limit.Result, lim int64, dst *pb.RateLimitResponse) {
+// rule's Limit, echoed to the client. meta supplies the metadata map; nil
+// allocates one.
+func resultToProto(r *limit.Result, lim int64, dst *pb.RateLimitResponse, meta *metaCache) {
 	dst.Status = pb.Status_OVER_LIMIT
 	if r.Allowed {
 		dst.Status = pb.Status_UNDER_LIMIT
@@ -118,25 +119,48 @@ func resultToProto(r *limit.Result, lim int64, dst *pb.RateLimitResponse) {
 	dst.RetryAfterMs = retryMs(r.RetryAfter)
 	dst.DelayMs = max(ceilMs(int64(r.Delay)), 0)
 	dst.Error = r.Error
-	dst.Metadata = nil
-	if r.Owner != "" || r.Error != "" {
-		dst.Metadata = make(map[string]string, 2)
-		if r.Owner != "" {
-			dst.Metadata[metaOwner] = r.Owner
-		}
-		if r.Error != "" {
-			reason := r.Reason
-			if reason == limit.OK {
-				reason = limit.Internal
-			}
-			dst.Metadata[metaReason] = reason.String()
-		}
+	if meta == nil {
+		meta = new(metaCache)
 	}
+	dst.Metadata = meta.of(r)
 }
 
-// resultFromProto is the inverse of resultToProto, for the clients.
-// Millisecond values saturate instead of wrapping.
-func resultFromProto(r *pb.RateLimitResponse) limit.Result {
+// metaCache builds the metadata maps of one batch. Items decided without
+// error by the same owner share one map: the maps are only read afterwards
+// (by the encoder), and sharing saves a map per item. Failed items get their
+// own map, which names the reason and, if any, the owner.
+type metaCache struct {
+	// omitOwner is left out of the maps: the Peers response names it once.
+	omitOwner string
+	owner     string
+	shared    map[string]string
+}
+
+func (mc *metaCache) of(r *limit.Result) map[string]string {
+	if r.Error != "" {
+		reason := r.Reason
+		if reason == limit.OK {
+			reason = limit.Internal
+		}
+		m := map[string]string{metaReason: reason.String()}
+		if r.Owner != "" {
+			m[metaOwner] = r.Owner
+		}
+		return m
+	}
+	if r.Owner == "" || r.Owner == mc.omitOwner {
+		return nil
+	}
+	if mc.shared == nil || mc.owner != r.Owner {
+		mc.owner, mc.shared = r.Owner, map[string]string{metaOwner: r.Owner}
+	}
+	return mc.shared
+}
+
+// resultFromProto is the inverse of resultToProto, for the clients; owner
+// is the Owner of a decided item whose metadata names none (failed items
+// always carry theirs). Millisecond values saturate instead of wrapping.
+func resultFromProto(r *pb.RateLimitResponse, owner string) limit.Result {
 	res := limit.Result{
 		Decision: limit.Decision{
 			Allowed:    r.GetStatus() == pb.Status_UNDER_LIMIT && r.GetError() == "",
@@ -147,6 +171,9 @@ func resultFromProto(r *pb.RateLimitResponse) limit.Result {
 		},
 		Error: r.GetError(),
 		Owner: r.GetMetadata()[metaOwner],
+	}
+	if res.Owner == "" && res.Error == "" {
+		res.Owner = owner
 	}
 	if ms := r.GetRetryAfterMs(); ms >= 0 {
 		res.RetryAfter = time.Duration(msToNs(ms))

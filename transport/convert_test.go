@@ -145,7 +145,7 @@ func TestResultToProto(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			got := &pb.RateLimitResponse{Error: "stale", Metadata: map[string]string{"stale": "x"}}
-			resultToProto(&tt.in, tt.lim, got)
+			resultToProto(&tt.in, tt.lim, got, nil)
 			if !proto.Equal(got, tt.want) {
 				t.Fatalf("resultToProto(%+v, %d) = %v, want %v", tt.in, tt.lim, got, tt.want)
 			}
@@ -165,8 +165,8 @@ func TestResultRoundTrip(t *testing.T) {
 	}
 	for _, in := range tests {
 		var msg pb.RateLimitResponse
-		resultToProto(&in, 1, &msg)
-		if got := resultFromProto(&msg); got != in {
+		resultToProto(&in, 1, &msg, nil)
+		if got := resultFromProto(&msg, ""); got != in {
 			t.Errorf("resultFromProto(resultToProto(%+v)) = %+v, want %+v", in, got, in)
 		}
 	}
@@ -186,7 +186,7 @@ func TestResultFromProtoSaturates(t *testing.T) {
 			want: limit.Result{Error: "x", Reason: limit.Internal, Decision: limit.Decision{RetryAfter: 0}}},
 	}
 	for _, tt := range tests {
-		if got := resultFromProto(tt.in); got != tt.want {
+		if got := resultFromProto(tt.in, ""); got != tt.want {
 			t.Errorf("resultFromProto(%v) = %+v, want %+v", tt.in, got, tt.want)
 		}
 	}
@@ -244,8 +244,33 @@ func BenchmarkCheckFromProto(b *testing.B) {
 func BenchmarkResultToProto(b *testing.B) {
 	r := limit.Result{Decision: limit.Decision{Allowed: true, Remaining: 7, ResetAt: resetAt}, Owner: "node-a"}
 	var msg pb.RateLimitResponse
+	var meta metaCache // one per batch: items of one owner share a map
 	b.ReportAllocs()
 	for b.Loop() {
-		resultToProto(&r, 100, &msg)
+		resultToProto(&r, 100, &msg, &meta)
+	}
+}
+
+// The Peers response names its owner once; items decided by it carry no
+// owner metadata and get it back on the client side.
+func TestCompactOwnerRoundTrip(t *testing.T) {
+	t.Parallel()
+	in := []limit.Result{
+		{Decision: limit.Decision{Allowed: true, Remaining: 1}, Owner: "a"},
+		{Decision: limit.Decision{Remaining: 2}, Owner: "a"},
+		limit.Failed(limit.Invalid, errText("bad")),
+		{Decision: limit.Decision{Allowed: true}, Owner: "b"},
+		{Error: "late", Reason: limit.Closing, Owner: "a"},
+	}
+	meta := metaCache{omitOwner: "a"}
+	for i := range in {
+		var msg pb.RateLimitResponse
+		resultToProto(&in[i], 1, &msg, &meta)
+		if in[i].Owner == "a" && in[i].Error == "" && msg.Metadata != nil {
+			t.Errorf("resultToProto(%+v) metadata = %v, want none (owner named once)", in[i], msg.Metadata)
+		}
+		if got := resultFromProto(&msg, "a"); got != in[i] {
+			t.Errorf("resultFromProto(resultToProto(%+v)) = %+v, want %+v", in[i], got, in[i])
+		}
 	}
 }

@@ -39,12 +39,15 @@ var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
 // decide answers reqs in order. Items that fail conversion never reach the
 // Checker; they are answered with their error and merged back in place. A
 // non-nil error fails the whole call; Code maps it to a status.
-func (h *batchHandler) decide(ctx context.Context, reqs []*pb.RateLimitRequest) ([]*pb.RateLimitResponse, error) {
+//
+// With compact set (the Peers service), the owner of the first decided item
+// is returned instead of being repeated in every item's metadata.
+func (h *batchHandler) decide(ctx context.Context, reqs []*pb.RateLimitRequest, compact bool) ([]*pb.RateLimitResponse, string, error) {
 	if len(reqs) > h.maxBatch {
-		return nil, &batchError{n: len(reqs), max: h.maxBatch}
+		return nil, "", &batchError{n: len(reqs), max: h.maxBatch}
 	}
 	if h.checker == nil {
-		return nil, fmt.Errorf("transport: no checker configured: %w", ErrUnavailable)
+		return nil, "", fmt.Errorf("transport: no checker configured: %w", ErrUnavailable)
 	}
 	sc := scratchPool.Get().(*scratch)
 	defer func() {
@@ -67,19 +70,23 @@ func (h *batchHandler) decide(ctx context.Context, reqs []*pb.RateLimitRequest) 
 		var err error
 		results, err = h.checker.Check(ctx, sc.checks)
 		if err != nil {
-			return nil, err
+			return nil, "", err
 		}
 		if len(results) != len(sc.checks) {
-			return nil, fmt.Errorf("transport: checker answered %d of %d checks", len(results), len(sc.checks))
+			return nil, "", fmt.Errorf("transport: checker answered %d of %d checks", len(results), len(sc.checks))
 		}
 	}
-	return h.respond(reqs, sc, results), nil
+	var meta metaCache
+	if compact && len(results) > 0 {
+		meta.omitOwner = results[0].Owner
+	}
+	return h.respond(reqs, sc, results, &meta), meta.omitOwner, nil
 }
 
 // respond builds the responses: the Checker's results in order, with the
 // failed items' errors merged in at their positions. The messages share one
 // backing array: one allocation per batch, not per item.
-func (h *batchHandler) respond(reqs []*pb.RateLimitRequest, sc *scratch, results []limit.Result) []*pb.RateLimitResponse {
+func (h *batchHandler) respond(reqs []*pb.RateLimitRequest, sc *scratch, results []limit.Result, meta *metaCache) []*pb.RateLimitResponse {
 	out := make([]*pb.RateLimitResponse, len(reqs))
 	msgs := make([]pb.RateLimitResponse, len(reqs))
 	var t tally
@@ -90,14 +97,14 @@ func (h *batchHandler) respond(reqs []*pb.RateLimitRequest, sc *scratch, results
 		out[i] = dst
 		if len(failed) > 0 && failed[0].index == i {
 			r := limit.Failed(limit.Invalid, failed[0].err)
-			resultToProto(&r, reqs[i].GetLimit(), dst)
+			resultToProto(&r, reqs[i].GetLimit(), dst, meta)
 			t.item(failed[0].alg, &r)
 			failed = failed[1:]
 			continue
 		}
 		c, r := &sc.checks[next], &results[next]
 		next++
-		resultToProto(r, c.Rule.Limit, dst)
+		resultToProto(r, c.Rule.Limit, dst, meta)
 		t.item(c.Rule.Algorithm, r)
 	}
 	h.metrics.add(&t)

@@ -43,8 +43,7 @@ type GRPCServer struct {
 	health *health.Server
 	// stopWatches ends health Watch streams, which would otherwise keep
 	// GracefulStop waiting for as long as a client watches.
-	stopWatches context.Context
-	stop        context.CancelFunc
+	stopWatches context.CancelFunc
 }
 
 // Service names, as registered and as reported by health and reflection.
@@ -55,12 +54,11 @@ const (
 
 // NewGRPCServer builds the server; it starts nothing until Serve.
 func NewGRPCServer(cfg GRPCConfig) *GRPCServer {
-	ctx, cancel := context.WithCancel(context.Background())
+	watching, stopWatches := context.WithCancel(context.Background())
 	s := &GRPCServer{
 		srv:         grpc.NewServer(cfg.ServerOptions...),
 		health:      health.NewServer(),
-		stopWatches: ctx,
-		stop:        cancel,
+		stopWatches: stopWatches,
 	}
 	pb.RegisterRateLimiterServer(s.srv, &rateLimiterServer{h: newBatchHandler(cfg.Checker, cfg)})
 	peers := &peersServer{}
@@ -68,7 +66,7 @@ func NewGRPCServer(cfg GRPCConfig) *GRPCServer {
 		peers.h = newBatchHandler(cfg.Local, cfg)
 	}
 	pb.RegisterPeersServer(s.srv, peers)
-	healthgrpc.RegisterHealthServer(s.srv, &healthServer{Server: s.health, stop: ctx})
+	healthgrpc.RegisterHealthServer(s.srv, &healthServer{Server: s.health, stop: watching})
 	reflection.Register(s.srv)
 	s.SetServing(false)
 	return s
@@ -100,14 +98,14 @@ func (s *GRPCServer) SetServing(serving bool) {
 // connections and returns once every accepted RPC has been answered.
 func (s *GRPCServer) GracefulStop() {
 	s.health.Shutdown()
-	s.stop()
+	s.stopWatches()
 	s.srv.GracefulStop()
 }
 
 // Stop closes every connection at once; RPCs in flight fail with Unavailable.
 func (s *GRPCServer) Stop() {
 	s.health.Shutdown()
-	s.stop()
+	s.stopWatches()
 	s.srv.Stop()
 }
 
@@ -119,7 +117,7 @@ type rateLimiterServer struct {
 
 func (s *rateLimiterServer) GetRateLimits(ctx context.Context, req *pb.GetRateLimitsRequest) (*pb.GetRateLimitsResponse, error) {
 	start := time.Now()
-	resps, err := s.h.decide(ctx, req.GetRequests())
+	resps, _, err := s.h.decide(ctx, req.GetRequests(), false)
 	code := Code(err)
 	s.h.metrics.observeGRPC(methodGet, code, len(req.GetRequests()), time.Since(start))
 	if err != nil {
@@ -140,13 +138,13 @@ func (s *peersServer) ForwardRateLimits(ctx context.Context, req *pb.ForwardRate
 		return nil, status.Error(codes.Unimplemented, "transport: this node does not answer peers")
 	}
 	start := time.Now()
-	resps, err := s.h.decide(ctx, req.GetRequests())
+	resps, owner, err := s.h.decide(ctx, req.GetRequests(), true)
 	code := Code(err)
 	s.h.metrics.observeGRPC(methodForward, code, len(req.GetRequests()), time.Since(start))
 	if err != nil {
 		return nil, status.Error(code, err.Error())
 	}
-	return &pb.ForwardRateLimitsResponse{Responses: resps}, nil
+	return &pb.ForwardRateLimitsResponse{Responses: resps, Owner: owner}, nil
 }
 
 // healthServer is the standard health service whose Watch streams also end

@@ -158,8 +158,9 @@ func TestGRPCPeers(t *testing.T) {
 	if err != nil {
 		t.Fatalf("ForwardRateLimits = %v", err)
 	}
-	if owner := resp.GetResponses()[0].GetMetadata()["owner"]; owner != "local" {
-		t.Errorf("ForwardRateLimits answered by %q, want the Local checker", owner)
+	if owner := resp.GetOwner(); owner != "local" || resp.GetResponses()[0].GetMetadata() != nil {
+		t.Errorf("ForwardRateLimits answered by %q with item metadata %v, want owner %q named once",
+			owner, resp.GetResponses()[0].GetMetadata(), "local")
 	}
 	if e := resp.GetResponses()[1].GetError(); e != "unknown algorithm 7" {
 		t.Errorf("ForwardRateLimits bad item error = %q, want %q", e, "unknown algorithm 7")

@@ -169,7 +169,7 @@ func (h *httpHandler) serveBatch(w http.ResponseWriter, r *http.Request, buf *by
 		return writeError(w, http.StatusBadRequest, "transport: bad JSON: "+err.Error()), -1
 	}
 	items := len(req.GetRequests())
-	resps, err := h.batch.decide(r.Context(), req.GetRequests())
+	resps, _, err := h.batch.decide(r.Context(), req.GetRequests(), false)
 	if err != nil {
 		return writeError(w, httpStatus(Code(err)), err.Error()), items
 	}

@@ -537,8 +537,11 @@ func (x *ForwardRateLimitsRequest) GetRequests() []*RateLimitRequest {
 }
 
 type ForwardRateLimitsResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Responses     []*RateLimitResponse   `protobuf:"bytes,1,rep,name=responses,proto3" json:"responses,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Responses []*RateLimitResponse   `protobuf:"bytes,1,rep,name=responses,proto3" json:"responses,omitempty"`
+	// The node that decided the batch. An item whose metadata names no owner
+	// was decided by it; sending it once saves a map per item on the hop.
+	Owner         string `protobuf:"bytes,2,opt,name=owner,proto3" json:"owner,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -580,6 +583,13 @@ func (x *ForwardRateLimitsResponse) GetResponses() []*RateLimitResponse {
 	return nil
 }
 
+func (x *ForwardRateLimitsResponse) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
+}
+
 var File_shardlimiter_v1_shardlimiter_proto protoreflect.FileDescriptor
 
 const file_shardlimiter_v1_shardlimiter_proto_rawDesc = "" +
@@ -616,9 +626,10 @@ const file_shardlimiter_v1_shardlimiter_proto_rawDesc = "" +
 	"\x15GetRateLimitsResponse\x12@\n" +
 	"\tresponses\x18\x01 \x03(\v2\".shardlimiter.v1.RateLimitResponseR\tresponses\"Y\n" +
 	"\x18ForwardRateLimitsRequest\x12=\n" +
-	"\brequests\x18\x01 \x03(\v2!.shardlimiter.v1.RateLimitRequestR\brequests\"]\n" +
+	"\brequests\x18\x01 \x03(\v2!.shardlimiter.v1.RateLimitRequestR\brequests\"s\n" +
 	"\x19ForwardRateLimitsResponse\x12@\n" +
-	"\tresponses\x18\x01 \x03(\v2\".shardlimiter.v1.RateLimitResponseR\tresponses*f\n" +
+	"\tresponses\x18\x01 \x03(\v2\".shardlimiter.v1.RateLimitResponseR\tresponses\x12\x14\n" +
+	"\x05owner\x18\x02 \x01(\tR\x05owner*f\n" +
 	"\tAlgorithm\x12\x10\n" +
 	"\fTOKEN_BUCKET\x10\x00\x12\x10\n" +
 	"\fLEAKY_BUCKET\x10\x01\x12\x10\n" +
