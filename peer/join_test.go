@@ -266,3 +266,39 @@ func TestJoinRejoinMergesClusters(t *testing.T) {
 	both.Store(true)
 	waitFor(t, 5*time.Second, "the rejoin merges them", sees([]*gossipNode{a, b}, membersOf(a, b)))
 }
+
+// AdvertiseAddr may be a DNS name, resolved when Run starts; peers then see
+// the advertised IP, also in place of an unspecified gRPC host.
+func TestJoinAdvertiseName(t *testing.T) {
+	t.Parallel()
+	ip := uniqueIP()
+	log, _ := testLogger(t)
+	m, err := NewMembership(MembershipConfig{
+		NodeName: "adv", BindAddr: ip + ":0", AdvertiseAddr: "me.test", GRPCAddr: ":8081", Logger: log,
+		Resolver: fakeDNS(map[string][]string{"me.test": {ip}}),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &gossipNode{name: "adv", m: m, done: make(chan error, 1)}
+	ctx, cancel := context.WithCancel(context.Background())
+	a.cancel = cancel
+	go func() { a.done <- m.Run(ctx) }()
+	t.Cleanup(func() { a.stop(t) })
+	<-m.Started()
+	if got, want := m.selfGossip(), m.LocalAddr(); got != want {
+		t.Errorf("advertised gossip address %q, want %q", got, want)
+	}
+	b := startGossip(t, "node-b", "127.0.0.1:0", MembershipConfig{Seeds: []string{m.LocalAddr()}})
+	a.grpc = net.JoinHostPort(ip, "8081")
+	waitFor(t, 5*time.Second, "b sees adv at its advertised IP", sees([]*gossipNode{b}, membersOf(a, b)))
+
+	bad, err := NewMembership(MembershipConfig{NodeName: "x", BindAddr: "127.0.0.1:0", AdvertiseAddr: "nowhere.test", GRPCAddr: "h:1",
+		Resolver: fakeDNS(nil)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := bad.Run(context.Background()); err == nil || !strings.Contains(err.Error(), "nowhere.test") {
+		t.Errorf("Run with an unresolvable advertise name = %v, want an error naming it", err)
+	}
+}

@@ -377,8 +377,11 @@ func (m *Membership) gossipConfig(ctx context.Context) (*memberlist.Config, erro
 			rctx, cancel := context.WithTimeout(ctx, resolveTimeout)
 			ips, err := m.cfg.Resolver(rctx, host)
 			cancel()
-			if err != nil || len(ips) == 0 {
-				return nil, fmt.Errorf("peer: resolve advertise address %s: %w", host, errors.Join(err, errors.New("no addresses")))
+			if err == nil && len(ips) == 0 {
+				err = errors.New("no addresses")
+			}
+			if err != nil {
+				return nil, fmt.Errorf("peer: resolve advertise address %s: %w", host, err)
 			}
 			host = ips[0]
 		}
