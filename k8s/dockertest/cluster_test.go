@@ -31,7 +31,7 @@ func TestThreeNodeCluster(t *testing.T) {
 		t.Skip("go not on PATH: cannot build the binary for the image")
 	}
 	if out, err := exec.Command("docker", "info").CombinedOutput(); err != nil {
-		t.Skipf("no Docker engine reachable (docker info: %v): %s", err, firstLine(out))
+		t.Skipf("no Docker engine reachable (docker info: %v): %s", err, lastLine(out))
 	}
 	id := randomID(t)
 	image := buildImage(t, id)
@@ -242,6 +242,11 @@ func dockerQuiet(args ...string) {
 func firstLine(b []byte) string {
 	s, _, _ := strings.Cut(strings.TrimSpace(string(b)), "\n")
 	return s
+}
+
+func lastLine(b []byte) string {
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	return lines[len(lines)-1]
 }
 
 func randomID(t *testing.T) string {
