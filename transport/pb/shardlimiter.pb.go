@@ -312,7 +312,9 @@ type RateLimitResponse struct {
 	DelayMs int64 `protobuf:"varint,6,opt,name=delay_ms,json=delayMs,proto3" json:"delay_ms,omitempty"`
 	// Non-empty when this item failed; the other items still answer.
 	Error string `protobuf:"bytes,7,opt,name=error,proto3" json:"error,omitempty"`
-	// At least "owner": the node that decided.
+	// At least "owner": the node that decided (in a ForwardRateLimitsResponse
+	// it is left out when it is the response's owner). A failed item also has
+	// "reason": invalid_argument, unavailable, closing or internal.
 	Metadata      map[string]string `protobuf:"bytes,8,rep,name=metadata,proto3" json:"metadata,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
