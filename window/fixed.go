@@ -87,7 +87,7 @@ func unpackFixed(w int64) cell {
 // key since idleSlack before now: its window has ended, under any period of
 // its octave.
 func idleFixed(c cell, now int64) bool {
-	return c.cur == 0 || slotEnd(c.slot, c.g) <= now-idleSlack
+	return c.cur == 0 || mappedEndBound(c.slot, c.g) <= now-idleSlack
 }
 
 // Fixed is the FIXED_WINDOW table: windows aligned to multiples of Period

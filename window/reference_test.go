@@ -30,23 +30,16 @@ func refLocate(s refWindow, now, p int64) (end, at, prev, cur int64) {
 	}
 	se := s.end
 	if s.period != p {
-		// The documented mapping of a period change: windows are compared
-		// by their end's slot; a new octave restarts.
+		// The documented mapping of a period change: a new octave
+		// restarts; otherwise the counts belong to the first window of
+		// the new period ending at or after the start of the old end's
+		// slot.
 		g := refSlotExp(p)
 		if refSlotExp(s.period) != g {
 			return end, now, 0, 0
 		}
-		slot := s.end >> g
-		switch {
-		case slot == end>>g:
-			se = end
-		case slot == (end-p)>>g:
-			se = end - p
-		case slot > end>>g:
-			se = (slot<<g + p - 1) / p * p
-		default:
-			return end, now, 0, 0
-		}
+		lo := s.end >> g << g
+		se = (lo + p - 1) / p * p
 	}
 	switch {
 	case se == end:
@@ -189,9 +182,15 @@ func (t *refWindows) Sweep(now int64, _ int) int {
 	defer t.mu.Unlock()
 	n := 0
 	for k, s := range t.m {
-		horizon := s.end
+		// Under any period of the octave the counts map to a window
+		// ending before end + 2^(g+1).
+		g := refSlotExp(s.period)
+		horizon := s.end + 1<<(g+1)
+		if g >= 49 {
+			horizon = s.end + int64(limit.MaxPeriod)
+		}
 		if t.sliding {
-			horizon += s.period
+			horizon += horizon - s.end
 		}
 		if s.cur == 0 && s.prev == 0 || horizon <= now-idleSlack {
 			delete(t.m, k)

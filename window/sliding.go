@@ -116,7 +116,7 @@ func unpackSliding(w int64) cell {
 // fresh key since idleSlack before now: one whole period (the longest of
 // its octave) after its window ended, the estimate is 0.
 func idleSliding(c cell, now int64) bool {
-	return c.cur == 0 && c.prev == 0 || slotEnd(c.slot, c.g)+maxPeriodOf(c.g) <= now-idleSlack
+	return c.cur == 0 && c.prev == 0 || mappedEndBound(c.slot, c.g)+maxPeriodOf(c.g) <= now-idleSlack
 }
 
 // Sliding is the SLIDING_WINDOW table: Cloudflare's sliding-window counter,

@@ -26,21 +26,22 @@ func clampTime(now int64) int64 { return min(max(now, 0), MaxTime) }
 // Window identity.
 //
 // Windows of period p end at multiples of p. A key's state records the end
-// E of the window its count belongs to as a slot: E >> g, with
-// g = slotExp(p) ≤ log2(p). Two windows of one period are at least
-// 2^g apart, so their slots differ: the slot identifies the window exactly,
+// E of the window its counts belong to as a slot: E >> g, with
+// g = slotExp(p) ≤ log2(p). Two windows of one period are at least 2^g
+// apart, so their slots differ: the slot identifies the window exactly,
 // for any now, and never wraps. It also tells the sweep, which does not
 // know the rule, when the window ended (to within 2^g).
 //
-// A take maps the stored slot onto the windows of its own rule at now:
-// the same slot as the current window, the slot of the previous window, an
-// earlier slot (expired), or a later one (the clock went backwards: the
-// stored window is kept, see cell.at). With the Period unchanged this is
-// exact. A new Period of another octave (another g) restarts the state. A
-// new Period of the same octave carries the counts over only when its
-// current (or previous) window ends in the stored slot, that is within
-// 2^g ≤ Period of the stored window's end: counting those hits in the new
-// window is conservative, and they lapse with it.
+// A take maps the stored counts to one window of its own rule: the first
+// one ending at or after lo = slot << g, the slot's start. With the Period
+// unchanged that is the stored window itself. The take then sees that
+// window as its current window, the previous one (SLIDING_WINDOW), an
+// expired one, or one ahead of now (the clock went backwards: see
+// cell.at). A Period of another octave (another g) restarts the state. A
+// new Period of the same octave maps the counts to a window that contains
+// lo, an instant of the stored window (lo > E − 2^g ≥ E − Period): counts
+// carry over only into a window that overlaps the one they were counted
+// in, which is conservative, and lapse with it.
 
 // maxSlotExp caps g, so that long periods keep more bits for counts; any
 // g ≤ log2(p) identifies windows.
@@ -57,9 +58,10 @@ func maxPeriodOf(g int64) int64 {
 	return 1<<(g+1) - 1
 }
 
-// slotEnd returns an upper bound of the end of a window recorded in slot
-// at exponent g.
-func slotEnd(slot, g int64) int64 { return (slot + 1) << g }
+// mappedEndBound bounds the end of any window a take can map the counts of
+// slot (at exponent g) to: the first multiple of a period of the octave at
+// or after the slot's start.
+func mappedEndBound(slot, g int64) int64 { return slot<<g + maxPeriodOf(g) }
 
 // cell is the unpacked state of one FIXED_WINDOW or SLIDING_WINDOW key: the
 // counts of the window recorded in slot, and (sliding only) of the window
@@ -90,23 +92,36 @@ func (c cell) at(now, p int64) view {
 	if c.g != g || c.cur == 0 && c.prev == 0 {
 		return v
 	}
-	switch s := end >> g; {
-	case c.slot == s:
+	switch m := c.windowEnd(end, p); {
+	case m == end:
 		v.prev, v.cur = c.prev, c.cur
-	case c.slot == (end-p)>>g:
+	case m == end-p:
 		v.prev = c.cur
-	case c.slot > s:
+	case m > end:
 		// The clock went backwards past the start of the stored window.
 		// The take counts as made at that start, so that stepping the
-		// clock back never opens a new window: the stored window ends at
-		// the first multiple of p in or after its slot (its exact end when
-		// the period is unchanged).
-		lo := c.slot << g
-		v.end = (lo + p - 1) / p * p
-		v.now = v.end - p
+		// clock back never opens a new window.
+		v.end, v.now = m, m-p
 		v.prev, v.cur = c.prev, c.cur
 	}
 	return v
+}
+
+// windowEnd returns the end of the window of period p (of c's octave) that
+// c's counts belong to: the first multiple of p at or after c's slot start.
+// end is the end of the window at the take's now; the usual cases, the
+// same or the previous window, need no division.
+func (c cell) windowEnd(end, p int64) int64 {
+	lo := c.slot << c.g
+	switch {
+	case c.slot == end>>c.g:
+		return end // end is in the slot and end−p < lo: the first multiple
+	case c.slot == (end-p)>>c.g:
+		return end - p
+	case lo <= end-2*p:
+		return lo // expired: any instant before end−p will do
+	}
+	return (lo + p - 1) / p * p
 }
 
 // store returns the cell recording counts prev and cur in v's window.
