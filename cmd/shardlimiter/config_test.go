@@ -1,0 +1,116 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"log/slog"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/shardlimiter/shardlimiter/peer"
+)
+
+func env(kv ...string) func(string) string {
+	m := map[string]string{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		m[kv[i]] = kv[i+1]
+	}
+	return func(k string) string { return m[k] }
+}
+
+func TestConfigDefaults(t *testing.T) {
+	t.Parallel()
+	c, err := parseConfig(nil, env(), &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.httpAddr != ":8080" || c.grpcAddr != ":8081" || c.gossipAddr != ":7946" || c.maxKeys != 1_000_000 ||
+		c.maxBatch != 1000 || c.failPolicy != peer.FailLocal || c.logLevel != slog.LevelInfo ||
+		c.logFormat != "text" || c.shutdownGrace != 5*time.Second || len(c.join) != 0 {
+		t.Fatalf("defaults = %+v", c)
+	}
+}
+
+func TestConfigFlagsEnvironmentAndPrecedence(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name  string
+		args  []string
+		env   func(string) string
+		check func(config) bool
+	}{
+		{"env sets", nil, env("SHARDLIMITER_GRPC_ADDR", "127.0.0.1:9000", "SHARDLIMITER_JOIN", "a:7946, b ,", "SHARDLIMITER_FAIL_POLICY", "closed"),
+			func(c config) bool {
+				return c.grpcAddr == "127.0.0.1:9000" && strings.Join(c.join, "|") == "a:7946|b" && c.failPolicy == peer.FailClosed
+			}},
+		{"flag beats env", []string{"--max-keys", "5"}, env("SHARDLIMITER_MAX_KEYS", "7"),
+			func(c config) bool { return c.maxKeys == 5 }},
+		{"single dash and equals", []string{"-log-level=debug", "--log-format=json"}, env(),
+			func(c config) bool { return c.logLevel == slog.LevelDebug && c.logFormat == "json" }},
+		{"node name and advertise", []string{"--node-name", "n1", "--advertise-addr", "10.1.2.3"}, env(),
+			func(c config) bool { return c.nodeName == "n1" && advertiseHost(c) == "10.1.2.3" }},
+	}
+	for _, tc := range cases {
+		c, err := parseConfig(tc.args, tc.env, &bytes.Buffer{})
+		if err != nil || !tc.check(c) {
+			t.Errorf("%s: parseConfig(%q) = %+v, %v", tc.name, tc.args, c, err)
+		}
+	}
+}
+
+func TestConfigRejectsBadValues(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		args []string
+		env  func(string) string
+		want string
+	}{
+		{[]string{"--http-addr", "8080"}, env(), "--http-addr: want host:port"},
+		{[]string{"--grpc-addr", ":99999"}, env(), "--grpc-addr: bad port"},
+		{nil, env("SHARDLIMITER_MAX_KEYS", "lots"), "--max-keys: want a positive integer"},
+		{[]string{"--max-batch", "0"}, env(), "--max-batch: want a positive integer"},
+		{[]string{"--log-level", "loud"}, env(), "--log-level"},
+		{[]string{"--log-format", "xml"}, env(), "--log-format"},
+		{[]string{"--fail-policy", "maybe"}, env(), "--fail-policy: want local, open or closed"},
+		{[]string{"--shutdown-grace", "soon"}, env(), "--shutdown-grace"},
+		{[]string{"--no-such-flag"}, env(), "flag provided but not defined"},
+		{[]string{"extra"}, env(), `unexpected argument "extra"`},
+	}
+	for _, tc := range cases {
+		_, err := parseConfig(tc.args, tc.env, &bytes.Buffer{})
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("parseConfig(%q) error = %v, want %q", tc.args, err, tc.want)
+		}
+	}
+}
+
+func TestRunExitCodes(t *testing.T) {
+	t.Parallel()
+	var out, errOut bytes.Buffer
+	if code := run(context.Background(), []string{"--log-format", "xml", "--max-keys", "0"}, env(), &out, &errOut); code != exitUsage {
+		t.Fatalf("run(bad flags) = %d, want %d", code, exitUsage)
+	}
+	// Both problems are reported at once.
+	if s := errOut.String(); !strings.Contains(s, "--log-format") || !strings.Contains(s, "--max-keys") {
+		t.Fatalf("stderr = %q, want both bad flags named", s)
+	}
+}
+
+// TestHelpNamesEveryEnvironmentVariable keeps --help the place where
+// operators (and the k8s wiring test) learn each flag's variable.
+func TestHelpNamesEveryEnvironmentVariable(t *testing.T) {
+	t.Parallel()
+	var out bytes.Buffer
+	if code := run(context.Background(), []string{"--help"}, env(), &out, &out); code != exitOK {
+		t.Fatalf("--help exit %d", code)
+	}
+	fs, _ := newFlagSet("x", &bytes.Buffer{})
+	fs.VisitAll(func(f *flag.Flag) {
+		if !regexp.MustCompile(`-` + f.Name + `\b[^\n]*\n[^\n]*\(env ` + envName(f.Name) + `\)`).MatchString(out.String()) {
+			t.Errorf("--help does not pair -%s with %s", f.Name, envName(f.Name))
+		}
+	})
+}

@@ -1,0 +1,276 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/shardlimiter/shardlimiter/limit"
+	"github.com/shardlimiter/shardlimiter/transport"
+)
+
+// served is a shardlimiter started by run() in this process.
+type served struct {
+	http, grpc string
+	stop       context.CancelFunc
+	exit       chan int
+	stderr     *syncBuffer
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// serve runs the server on loopback ports chosen by the kernel and waits
+// for its "serving" line.
+func serve(t *testing.T, extra ...string) *served {
+	t.Helper()
+	args := append([]string{"--http-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0", "--gossip-addr", "127.0.0.1:0", "--log-level", "warn"}, extra...)
+	ctx, cancel := context.WithCancel(context.Background())
+	pr, pw := io.Pipe()
+	s := &served{stop: cancel, exit: make(chan int, 1), stderr: &syncBuffer{}}
+	go func() {
+		s.exit <- run(ctx, args, env(), pw, s.stderr)
+		pw.Close()
+	}()
+	line, err := bufio.NewReader(pr).ReadString('\n')
+	if err != nil {
+		t.Fatalf("no serving line: %v; stderr: %s", err, s.stderr)
+	}
+	go io.Copy(io.Discard, pr)
+	for _, f := range strings.Fields(line) {
+		if v, ok := strings.CutPrefix(f, "http="); ok {
+			s.http = v
+		}
+		if v, ok := strings.CutPrefix(f, "grpc="); ok {
+			s.grpc = v
+		}
+	}
+	t.Cleanup(func() {
+		cancel()
+		if code := <-s.exit; code != exitOK {
+			t.Errorf("run exited %d; stderr: %s", code, s.stderr)
+		}
+	})
+	return s
+}
+
+func postJSON(t *testing.T, url, body string) (int, map[string]any) {
+	t.Helper()
+	resp, err := http.Post(url, "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out map[string]any
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		t.Fatalf("POST %s: body is not JSON: %v", url, err)
+	}
+	return resp.StatusCode, out
+}
+
+// TestEndToEndEveryAlgorithm drives every algorithm through real gRPC and
+// real HTTP: admission up to the limit, peek, reset and count-rejected.
+func TestEndToEndEveryAlgorithm(t *testing.T) {
+	t.Parallel()
+	s := serve(t)
+	client, err := transport.Dial(s.grpc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	ctx := context.Background()
+	for _, a := range limit.Algorithms() {
+		r := limit.Rule{Algorithm: a, Limit: 3, Period: time.Hour}
+		if a == limit.LeakyBucket {
+			r.Burst = 2
+		}
+		key := "acct-" + a.String()
+		chk := func(hits int64, b limit.Behavior) limit.Result {
+			rr := r
+			rr.Behavior = b
+			res, err := client.GetRateLimits(ctx, []limit.Check{{Name: "e2e", Key: key, Hits: hits, Rule: rr}})
+			if err != nil || len(res) != 1 || res[0].Error != "" {
+				t.Fatalf("%v: GetRateLimits = %+v, %v", a, res, err)
+			}
+			return res[0]
+		}
+		for i := range 3 {
+			if got := chk(1, 0); !got.Allowed {
+				t.Fatalf("%v: hit %d rejected: %+v", a, i+1, got)
+			}
+		}
+		if got := chk(1, 0); got.Allowed || got.RetryAfter <= 0 {
+			t.Fatalf("%v: 4th hit = %+v, want rejected with a retry-after", a, got)
+		}
+		if got := chk(0, 0); got.Remaining != 0 || got.Owner == "" {
+			t.Fatalf("%v: peek = %+v, want 0 remaining and an owner", a, got)
+		}
+		if got := chk(1, limit.Reset); !got.Allowed || got.Remaining != 2 {
+			t.Fatalf("%v: reset + hit = %+v, want admitted with 2 left", a, got)
+		}
+		// The same over HTTP with proto field names, on a fresh key.
+		body := fmt.Sprintf(`{"requests":[{"name":"e2e","unique_key":"http-%[1]s","hits":3,"limit":3,"duration_ms":3600000,"algorithm":"%[1]s","burst":%[2]d},
+			{"name":"e2e","uniqueKey":"http-%[1]s","hits":1,"limit":3,"durationMs":3600000,"algorithm":"%[1]s","burst":%[2]d,"behavior":"COUNT_REJECTED"}]}`, a, r.Burst)
+		code, out := postJSON(t, "http://"+s.http+"/v1/GetRateLimits", body)
+		resps, _ := out["responses"].([]any)
+		if code != 200 || len(resps) != 2 {
+			t.Fatalf("%v: HTTP %d %v", a, code, out)
+		}
+		first, second := resps[0].(map[string]any), resps[1].(map[string]any)
+		if first["status"] != "UNDER_LIMIT" || second["status"] != "OVER_LIMIT" {
+			t.Fatalf("%v: HTTP statuses %v, %v; want UNDER_LIMIT, OVER_LIMIT", a, first["status"], second["status"])
+		}
+		for _, field := range []string{"reset_time_ms", "retry_after_ms", "delay_ms", "remaining", "error", "metadata"} {
+			if _, ok := first[field]; !ok {
+				t.Fatalf("%v: HTTP answer lacks %q: %v", a, field, first)
+			}
+		}
+	}
+}
+
+func TestBadRequestsOverHTTP(t *testing.T) {
+	t.Parallel()
+	s := serve(t, "--max-batch", "2")
+	url := "http://" + s.http + "/v1/GetRateLimits"
+	cases := []struct{ body, want string }{
+		{`{"requests":[`, "bad JSON"},
+		{`{"requests":[{},{},{}]}`, "exceeds the limit of 2"},
+		{`{"requestz":[]}`, "unknown field"},
+	}
+	for _, tc := range cases {
+		code, out := postJSON(t, url, tc.body)
+		msg, _ := out["error"].(string)
+		if code != http.StatusBadRequest || !strings.Contains(msg, tc.want) {
+			t.Errorf("POST %q = %d %v, want 400 with %q", tc.body, code, out, tc.want)
+		}
+	}
+	// A bad item is answered alone; its neighbour is decided.
+	code, out := postJSON(t, url, `{"requests":[{"name":"r","unique_key":"k","hits":-1,"limit":1,"duration_ms":1000},{"name":"r","unique_key":"k","hits":1,"limit":1,"duration_ms":1000}]}`)
+	resps, _ := out["responses"].([]any)
+	if code != 200 || len(resps) != 2 || !strings.Contains(resps[0].(map[string]any)["error"].(string), "hits must be >= 0") ||
+		resps[1].(map[string]any)["status"] != "UNDER_LIMIT" {
+		t.Fatalf("mixed batch = %d %v", code, out)
+	}
+}
+
+func TestHealthReadyClusterMetrics(t *testing.T) {
+	t.Parallel()
+	s := serve(t)
+	for path, want := range map[string]string{
+		"/healthz":    "ok",
+		"/readyz":     "ready",
+		"/v1/cluster": `"members"`,
+		"/metrics":    "shardlimiter_ring_members 1",
+	} {
+		resp, err := http.Get("http://" + s.http + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || !strings.Contains(string(b), want) {
+			t.Errorf("GET %s = %d %.200s, want 200 containing %q", path, resp.StatusCode, b, want)
+		}
+	}
+}
+
+// TestShutdownAnswersAcceptedRequests starts a request, cancels the run
+// context (as SIGTERM does) while the server is still reading its body,
+// then finishes the body: the request accepted before shutdown is answered.
+func TestShutdownAnswersAcceptedRequests(t *testing.T) {
+	t.Parallel()
+	s := serve(t)
+	conn, err := net.Dial("tcp", s.http)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	body := `{"requests":[{"name":"r","unique_key":"k","hits":1,"limit":5,"duration_ms":1000}]}`
+	fmt.Fprintf(conn, "POST /v1/GetRateLimits HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body[:10])
+	// The server is up and our connection is accepted before shutdown.
+	eventually(t, 5*time.Second, func() bool {
+		resp, err := http.Get("http://" + s.http + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err == nil
+	})
+	s.stop()
+	// Shutdown has begun once the listener refuses new connections; it is
+	// then waiting for our request. Send the rest of the body.
+	eventually(t, 5*time.Second, func() bool {
+		c, err := net.Dial("tcp", s.http)
+		if err == nil {
+			c.Close()
+		}
+		return err != nil
+	})
+	if _, err := io.WriteString(conn, body[10:]); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("accepted request not answered after shutdown began: %v", err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 || !strings.Contains(string(b), "UNDER_LIMIT") {
+		t.Fatalf("answer = %d %s", resp.StatusCode, b)
+	}
+}
+
+func eventually(t *testing.T, timeout time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("condition not met within %v", timeout)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestCheckSubcommand(t *testing.T) {
+	t.Parallel()
+	s := serve(t)
+	check := func(args ...string) (int, string) {
+		var out, errOut bytes.Buffer
+		code := run(context.Background(), append([]string{"check", "--server", s.grpc}, args...), env(), &out, &errOut)
+		return code, out.String() + errOut.String()
+	}
+	args := []string{"--name", "cli", "--key", "account:42", "--limit", "1", "--duration", "1m"}
+	if code, out := check(args...); code != exitOK || !strings.Contains(out, "UNDER_LIMIT") || !strings.Contains(out, "0 of 1 left") {
+		t.Fatalf("first check: exit %d\n%s", code, out)
+	}
+	if code, out := check(args...); code != exitFail || !strings.Contains(out, "OVER_LIMIT") || !strings.Contains(out, "retry after") {
+		t.Fatalf("second check: exit %d\n%s", code, out)
+	}
+	if code, out := check("--name", "cli", "--key", "k"); code != exitUsage || !strings.Contains(out, "limit must be > 0") {
+		t.Fatalf("check without --limit: exit %d\n%s", code, out)
+	}
+	if code, out := check("--name", "cli", "--key", "k", "--limit", "1", "--algorithm", "MAGIC"); code != exitUsage || !strings.Contains(out, "unknown --algorithm") {
+		t.Fatalf("check with a bad algorithm: exit %d\n%s", code, out)
+	}
+}
