@@ -35,9 +35,9 @@ type staticGossip struct {
 }
 
 func (g *staticGossip) Run(ctx context.Context) error { <-ctx.Done(); return nil }
-func (g *staticGossip) Members() []ring.Member         { return g.c.members() }
-func (g *staticGossip) Changed() <-chan struct{}       { return g.changed }
-func (g *staticGossip) Joined() bool                   { return true }
+func (g *staticGossip) Members() []ring.Member        { return g.c.members() }
+func (g *staticGossip) Changed() <-chan struct{}      { return g.changed }
+func (g *staticGossip) Joined() bool                  { return true }
 func (g *staticGossip) Leave(time.Duration) error {
 	g.c.mu.Lock()
 	g.left = true

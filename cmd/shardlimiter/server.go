@@ -103,11 +103,11 @@ func newServer(cfg config, log *slog.Logger) (s *server, err error) {
 	})
 	s.http = &http.Server{
 		Handler: transport.NewHTTPHandler(transport.HTTPConfig{
-			Checker:  s.node,
-			MaxBatch: cfg.maxBatch,
-			Ready:    s.node.Ready,
-			Cluster:  func() any { return s.node.Cluster() },
-			Metrics:  promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
+			Checker:   s.node,
+			MaxBatch:  cfg.maxBatch,
+			Ready:     s.node.Ready,
+			Cluster:   func() any { return s.node.Cluster() },
+			Metrics:   promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
 			Telemetry: tm,
 		}),
 		ReadHeaderTimeout: 10 * time.Second,
