@@ -63,50 +63,63 @@ func (p rate) remaining(debt int64) int64 {
 	return max(p.capacity-mulDivCeil(debt, p.limit, p.period), 0)
 }
 
+// verdict is a decision before it is dressed as a limit.Decision (a
+// struct of four words travels in registers; Decision does not): whether
+// the hits were admitted, the debt after the call, and the wait, which is
+// the shaping delay of an admitted call or the RetryAfter of a rejected one.
+type verdict struct {
+	allowed bool
+	debt    int64
+	wait    int64
+}
+
 // take applies hits at now to a key whose theoretical arrival time is tat
-// and returns the new tat and the decision. It is pure. A peek (hits 0)
+// and returns the new tat and the verdict. It is pure. A peek (hits 0)
 // answers as a check of one hit would, and changes nothing.
-func (p rate) take(tat, now, hits int64, countRejected bool) (int64, limit.Decision) {
+func (p rate) take(tat, now, hits int64, countRejected bool) (int64, verdict) {
 	base := max(tat, now) // a tat in the past means a full bucket, not credit
 	debt := base - now
 	if hits <= 0 {
 		if p.fits(debt, 1) {
-			return tat, p.admitted(now, debt, debt)
+			return tat, verdict{allowed: true, debt: debt, wait: debt}
 		}
-		return tat, p.rejected(now, debt, 1)
+		return tat, p.rejected(debt, 1)
 	}
 	if p.fits(debt, hits) {
 		nt := base + p.cost(hits)
-		return nt, p.admitted(now, debt, nt-now)
+		return nt, verdict{allowed: true, debt: nt - now, wait: debt}
 	}
 	if countRejected {
 		// Charge the rejected hits, but never past maxDebt and never
 		// backwards (debt may already exceed the cap after a clock step).
 		nt := base + max(min(p.cost(hits), p.maxDebt()-debt), 0)
-		return nt, p.rejected(now, nt-now, hits)
+		return nt, p.rejected(nt-now, hits)
 	}
-	return tat, p.rejected(now, debt, hits)
+	return tat, p.rejected(debt, hits)
 }
 
-// admitted is the decision for admitted hits that waited ns in the queue
-// and left the state debt ns ahead of now.
-func (p rate) admitted(now, waited, debt int64) limit.Decision {
-	d := limit.Decision{Allowed: true, Remaining: p.remaining(debt), ResetAt: now + debt}
-	if p.shaping {
-		d.Delay = time.Duration(waited)
-	}
-	return d
-}
-
-// rejected is the decision for hits that do not fit when the state is debt
+// rejected is the verdict on hits that do not fit when the state is debt
 // ns ahead of now. RetryAfter is exact: at now+RetryAfter the hits fit, one
 // nanosecond earlier they do not.
-func (p rate) rejected(now, debt, hits int64) limit.Decision {
-	d := limit.Decision{Remaining: p.remaining(debt), ResetAt: now + debt, RetryAfter: limit.Never}
-	if hits <= p.capacity {
-		d.RetryAfter = time.Duration(debt - mulDivFloor(p.capacity-hits, p.period, p.limit))
+func (p rate) rejected(debt, hits int64) verdict {
+	if hits > p.capacity {
+		return verdict{debt: debt, wait: int64(limit.Never)}
 	}
-	return d
+	return verdict{debt: debt, wait: debt - mulDivFloor(p.capacity-hits, p.period, p.limit)}
+}
+
+// decision dresses v, reached at now, as a limit.Decision.
+func (p rate) decision(now int64, v verdict) limit.Decision {
+	// Built in one literal from locals: assembling a five-word struct field
+	// by field costs more here than the GCRA arithmetic.
+	var retry, delay time.Duration
+	switch {
+	case !v.allowed:
+		retry = time.Duration(v.wait)
+	case p.shaping:
+		delay = time.Duration(v.wait)
+	}
+	return limit.Decision{Allowed: v.allowed, Remaining: p.remaining(v.debt), ResetAt: now + v.debt, RetryAfter: retry, Delay: delay}
 }
 
 // rescale converts tat, built under rule old, to rule p at now. A token

@@ -78,17 +78,16 @@ func (k *keyTable) Len() int                        { return k.t.Len() }
 func (k *keyTable) Evicted() uint64                 { return k.t.Evicted() }
 
 // take applies hits to key under p, lock-free when the key's rule is p.
-func (k *keyTable) take(key string, now int64, p rate, hits int64, b limit.Behavior) limit.Decision {
+func (k *keyTable) take(key string, now int64, p rate, hits int64, b limit.Behavior) verdict {
 	id := p.id()
 	for {
 		e := k.t.Get(key, now)
-		if d, st := takeWord(e, id, p, now, hits, b); st == done {
-			return d
-		} else if st == dead {
-			continue
+		v, st := takeWord(e, id, p, now, hits, b)
+		if st == mismatch {
+			v, st = takeAdopting(e, id, p, now, hits, b)
 		}
-		if d, ok := k.takeAdopting(e, id, p, now, hits, b); ok {
-			return d
+		if st == done {
+			return v
 		}
 	}
 }
@@ -102,44 +101,43 @@ const (
 )
 
 // takeWord is the lock-free CAS loop for a key whose identity is id.
-func takeWord(e *table.Entry[keyState], id int64, p rate, now, hits int64, b limit.Behavior) (limit.Decision, outcome) {
+func takeWord(e *table.Entry[keyState], id int64, p rate, now, hits int64, b limit.Behavior) (verdict, outcome) {
 	for {
 		w := e.Word.Load()
 		switch {
 		case w == table.Dead:
-			return limit.Decision{}, dead
+			return verdict{}, dead
 		case w == pending || e.State.id.Load() != id || e.State.period.Load() != p.period:
-			return limit.Decision{}, mismatch
+			return verdict{}, mismatch
 		}
 		tat := w
 		if b.Has(limit.Reset) {
 			tat = 0
 		}
-		nw, d := p.take(tat, now, hits, b.Has(limit.CountRejected))
+		nw, v := p.take(tat, now, hits, b.Has(limit.CountRejected))
 		if nw == w {
 			// Nothing to write; the answer holds if the word did not move
 			// while the identity was read.
 			if e.Word.Load() == w {
-				return d, done
+				return v, done
 			}
 			continue
 		}
 		if e.Word.CompareAndSwap(w, nw) {
-			return d, done
+			return v, done
 		}
 	}
 }
 
 // takeAdopting takes under the entry's mutex after making p the key's
-// rule. It reports false if the entry was retired.
-func (k *keyTable) takeAdopting(e *table.Entry[keyState], id int64, p rate, now, hits int64, b limit.Behavior) (limit.Decision, bool) {
+// rule. It reports dead if the entry was retired.
+func takeAdopting(e *table.Entry[keyState], id int64, p rate, now, hits int64, b limit.Behavior) (verdict, outcome) {
 	e.Mu.Lock()
 	defer e.Mu.Unlock()
 	if !adopt(e, id, p, now) {
-		return limit.Decision{}, false
+		return verdict{}, dead
 	}
-	d, st := takeWord(e, id, p, now, hits, b)
-	return d, st == done
+	return takeWord(e, id, p, now, hits, b)
 }
 
 // adopt makes (id, p) the entry's rule, rescaling its word if it was

@@ -34,7 +34,9 @@ func NewLeakyBucket(cfg table.Config) *LeakyBucket {
 // left counting the slot in service: how many hits one call could be
 // admitted with now.
 func (lb *LeakyBucket) Take(key string, now int64, r limit.Rule, hits int64) limit.Decision {
-	return lb.take(key, clampNow(now), leakyRate(r), hits, r.Behavior)
+	now = clampNow(now)
+	p := leakyRate(r)
+	return p.decision(now, lb.take(key, now, p, hits, r.Behavior))
 }
 
 // Sweep retires up to about budget keys that are idle at now: queue empty

@@ -53,14 +53,14 @@ func (b *refBucket) Take(key string, now int64, r limit.Rule, hits int64) limit.
 	}
 	k.rule, k.warm = p, warm
 	reset, counted := r.Behavior.Has(limit.Reset), r.Behavior.Has(limit.CountRejected)
-	var d limit.Decision
+	var v verdict
 	if !warm {
 		tat := k.tat
 		if reset {
 			tat = 0
 		}
-		k.tat, d = p.take(tat, now, hits, counted)
-		return d
+		k.tat, v = p.take(tat, now, hits, counted)
+		return p.decision(now, v)
 	}
 	w := newWarmRate(r)
 	switch {
@@ -73,8 +73,8 @@ func (b *refBucket) Take(key string, now int64, r limit.Rule, hits int64) limit.
 	if reset {
 		tat, stored = 0, w.maxp
 	}
-	k.tat, k.stored, d = w.take(tat, stored, now, hits, counted)
-	return d
+	k.tat, k.stored, v = w.take(tat, stored, now, hits, counted)
+	return w.decision(now, v)
 }
 
 func (b *refBucket) Sweep(now int64, budget int) int {

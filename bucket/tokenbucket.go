@@ -29,9 +29,11 @@ func NewTokenBucket(cfg table.Config) *TokenBucket {
 func (tb *TokenBucket) Take(key string, now int64, r limit.Rule, hits int64) limit.Decision {
 	now = clampNow(now)
 	if r.Warmup > 0 {
-		return tb.takeWarm(key, now, newWarmRate(r), hits, r.Behavior)
+		w := newWarmRate(r)
+		return w.decision(now, tb.takeWarm(key, now, w, hits, r.Behavior))
 	}
-	return tb.take(key, now, tokenRate(r), hits, r.Behavior)
+	p := tokenRate(r)
+	return p.decision(now, tb.take(key, now, p, hits, r.Behavior))
 }
 
 // Sweep retires up to about budget keys that are idle at now: full (and,

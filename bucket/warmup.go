@@ -67,22 +67,22 @@ func (w warmRate) resync(tat int64, stored float64, now int64) (int64, float64) 
 // stable rate and speeds up as it warms. Rejected hits, counted or not,
 // spend no stored permits: they never reached the protected service. It
 // is pure.
-func (w warmRate) take(tat int64, stored float64, now, hits int64, countRejected bool) (int64, float64, limit.Decision) {
+func (w warmRate) take(tat int64, stored float64, now, hits int64, countRejected bool) (int64, float64, verdict) {
 	if hits <= 0 {
-		nt, d := w.rate.take(tat, now, 0, false)
-		return nt, stored, d
+		nt, v := w.rate.take(tat, now, 0, false)
+		return nt, stored, v
 	}
 	rt, rs := w.resync(tat, stored, now)
 	if w.fits(rt-now, hits) {
 		spend := min(float64(hits), rs)
 		nt := rt + w.cost(hits) + int64(math.Ceil(w.extra(rs, spend)))
-		return nt, rs - spend, w.admitted(now, rt-now, nt-now)
+		return nt, rs - spend, verdict{allowed: true, debt: nt - now}
 	}
 	if !countRejected {
-		return tat, stored, w.rejected(now, rt-now, hits)
+		return tat, stored, w.rejected(rt-now, hits)
 	}
-	nt, d := w.rate.take(rt, now, hits, true)
-	return nt, rs, d
+	nt, v := w.rate.take(rt, now, hits, true)
+	return nt, rs, v
 }
 
 // idleWarm reports whether a warm key with word tat has been
@@ -105,39 +105,39 @@ func idleCold(tat int64, stored, maxp float64, p rate, now int64) bool {
 
 // takeWarm applies hits to key under a rule with a warm-up. Warm keys are
 // always taken under the entry's mutex: their state is two words.
-func (k *keyTable) takeWarm(key string, now int64, w warmRate, hits int64, b limit.Behavior) limit.Decision {
+func (k *keyTable) takeWarm(key string, now int64, w warmRate, hits int64, b limit.Behavior) verdict {
 	id := w.id() | warmMode
 	for {
 		e := k.t.Get(key, now)
-		if d, ok := takeWarmLocked(e, id, w, now, hits, b); ok {
-			return d
+		if v, ok := takeWarmLocked(e, id, w, now, hits, b); ok {
+			return v
 		}
 	}
 }
 
-func takeWarmLocked(e *table.Entry[keyState], id int64, w warmRate, now, hits int64, b limit.Behavior) (limit.Decision, bool) {
+func takeWarmLocked(e *table.Entry[keyState], id int64, w warmRate, now, hits int64, b limit.Behavior) (verdict, bool) {
 	e.Mu.Lock()
 	defer e.Mu.Unlock()
 	if !adopt(e, id, w.rate, now) {
-		return limit.Decision{}, false
+		return verdict{}, false
 	}
 	adoptWarm(&e.State, w)
 	ws := e.State.warm
 	for {
 		cur := e.Word.Load()
 		if cur == table.Dead {
-			return limit.Decision{}, false
+			return verdict{}, false
 		}
 		tat, stored := cur, ws.stored
 		if b.Has(limit.Reset) {
 			tat, stored = 0, w.maxp
 		}
-		nt, ns, d := w.take(tat, stored, now, hits, b.Has(limit.CountRejected))
+		nt, ns, v := w.take(tat, stored, now, hits, b.Has(limit.CountRejected))
 		// A CAS, not a store: a plain taker that raced an earlier rule
 		// change could still write (see keyTable).
 		if nt == cur || e.Word.CompareAndSwap(cur, nt) {
 			ws.stored = ns
-			return d, true
+			return v, true
 		}
 	}
 }
