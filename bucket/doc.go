@@ -25,7 +25,7 @@
 // admitted with now), ResetAt = now + D (the bucket is full again),
 // RetryAfter = the exact wait until the same call fits (waiting one
 // nanosecond less still rejects), or limit.Never when n > C. A peek (hits
-// 0) answers as a call of one hit would and changes nothing.
+// ≤ 0) answers as a call of one hit would and changes nothing.
 //
 // Rejected hits change nothing unless the rule has limit.CountRejected; then
 // they are charged too, but D never exceeds τ + Period: a client that keeps
@@ -56,10 +56,13 @@
 // # LEAKY_BUCKET
 //
 // A leaky bucket drains a queue at a constant Limit per Period. Its state is
-// the next free slot, and it is GCRA with capacity Burst+1 (the queue and
-// the slot in service): an admitted call gets Delay = D before the call,
-// the time until its slot, and must wait that long before acting. With
-// Burst 0 a call is admitted only when the slot is free now, with Delay 0.
+// the next free slot, and it is GCRA with capacity C = Burst+1 (the queue
+// and the slot in service): an admitted call gets Delay = D before the
+// call, the time until its slot, and must wait that long before acting.
+// With Burst 0 a call is admitted only when the slot is free now, with
+// Delay 0 (seed 001's nextAllowedTime). Remaining is the room left counting
+// the slot in service, RetryAfter is limit.Never when n > Burst+1, and the
+// COUNT_REJECTED bound is the same τ + Period with τ = (Burst+1)×T.
 //
 // # Rule changes and clocks
 //
@@ -72,8 +75,9 @@
 // the new rate.
 //
 // A clock that steps backwards never admits more: a TAT in the future only
-// grows the debt, a TAT in the past is never taken as credit, and the warm-up
-// cools only on time that moves forward. Times are clamped to [1, 2^62] ns.
+// grows the debt (a step back of Δ holds the key back by at most Δ), a TAT
+// in the past is never taken as credit, and the warm-up cools only on time
+// that moves forward. Times are clamped to [1, 2^62] ns (1970 to 2116).
 //
 // # Concurrency
 //

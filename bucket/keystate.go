@@ -12,8 +12,8 @@ import (
 // warm-up state of keys that run with one.
 //
 // The identity is two atomics so that lock-free takers can check it; it is
-// written only with the entry's mutex held and the word set to pending
-// (see keyTable). warm is guarded by the mutex.
+// written only with the entry's mutex held and, unless the key is fresh,
+// the word set to pending (see keyTable). warm is guarded by the mutex.
 type keyState struct {
 	id     atomic.Int64 // ruleID; 0 for a fresh key
 	period atomic.Int64 // the rule's Period, ns
@@ -74,8 +74,12 @@ func newKeyTable(cfg table.Config) keyTable {
 }
 
 func (k *keyTable) Sweep(now int64, budget int) int { return k.t.Sweep(now, budget) }
-func (k *keyTable) Len() int                        { return k.t.Len() }
-func (k *keyTable) Evicted() uint64                 { return k.t.Evicted() }
+
+// Len returns how many keys are held.
+func (k *keyTable) Len() int { return k.t.Len() }
+
+// Evicted returns how many keys were evicted to respect the key cap.
+func (k *keyTable) Evicted() uint64 { return k.t.Evicted() }
 
 // take applies hits to key under p, lock-free when the key's rule is p.
 func (k *keyTable) take(key string, now int64, p rate, hits int64, b limit.Behavior) verdict {
@@ -179,9 +183,10 @@ func retireKey(e *table.Entry[keyState], now int64) bool {
 			return s.id.Load()&warmMode != 0 && idleWarm(e.Word.Load(), s, now)
 		})
 	}
-	// The identity is read after the word: a switch to warm-up between the
-	// two is seen here, and one before the word load changed the word, so
-	// the retiring CAS fails.
+	// The identity is read after the word, so a switch to warm-up before
+	// the identity load is seen. One after it either moved the word (the
+	// retiring CAS fails) or left it full and idle: retiring the key then
+	// only forgets coldness, and a fresh key is fully cold.
 	return e.RetireWordIf(func(w int64) bool {
 		return e.State.id.Load()&warmMode == 0 && idleWord(w, now)
 	})

@@ -142,10 +142,11 @@ func takeWarmLocked(e *table.Entry[keyState], id int64, w warmRate, now, hits in
 	}
 }
 
-// adoptWarm sets up the stored permits of a key that has just adopted w. A key new to warm-up starts fully cold; one whose
-// warm-up changed keeps its fraction of coldness. A key back from plain
-// mode keeps the coldness it had when it left: plain takes spend no stored
-// permits, so that errs on the cold side. The entry's mutex must be held.
+// adoptWarm sets up the stored permits of a key that has just adopted w.
+// A key new to warm-up starts fully cold; one whose warm-up changed keeps
+// its fraction of coldness. A key back from plain mode keeps the coldness
+// it had when it left: plain takes spend no stored permits, so that errs
+// on the cold side. The entry's mutex must be held.
 func adoptWarm(s *keyState, w warmRate) {
 	switch {
 	case s.warm == nil:
