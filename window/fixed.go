@@ -16,11 +16,12 @@ func decideFixed(c cell, now int64, r limit.Rule, hits int64) (cell, limit.Decis
 	if r.Behavior.Has(limit.Reset) {
 		c = cell{}
 	}
-	lim := r.Limit
-	v := c.at(now, int64(r.Period))
-	count := v.cur
+	p, lim := int64(r.Period), r.Limit
+	g := slotExp(p)
+	end, _, _, count := c.at(now, p, g)
+	before := count
 	ask := max(hits, 1) // a peek answers as a check of one hit would
-	d := limit.Decision{ResetAt: v.end}
+	d := limit.Decision{ResetAt: end}
 	switch {
 	case ask <= lim-count:
 		d.Allowed = true
@@ -29,7 +30,7 @@ func decideFixed(c cell, now int64, r limit.Rule, hits int64) (cell, limit.Decis
 		d.RetryAfter = limit.Never
 	default:
 		// The next window starts empty, so any hits ≤ Limit fit then.
-		d.RetryAfter = time.Duration(v.end - now)
+		d.RetryAfter = time.Duration(end - now)
 	}
 	if !d.Allowed && hits > 0 && r.Behavior.Has(limit.CountRejected) {
 		// Rejected hits count too, up to the limit: a count at the limit
@@ -37,8 +38,8 @@ func decideFixed(c cell, now int64, r limit.Rule, hits int64) (cell, limit.Decis
 		count = max(count, min(count+hits, lim))
 	}
 	d.Remaining = max(lim-count, 0)
-	if count != v.cur {
-		c = v.store(0, count)
+	if count != before {
+		c = cell{g: g, slot: end >> g, cur: count}
 	}
 	return c, d
 }
@@ -129,7 +130,7 @@ func (f *Fixed) Take(key string, now int64, r limit.Rule, hits int64) limit.Deci
 
 // Sweep retires up to about budget keys whose window ended at least a
 // second before now, and returns how many it removed.
-func (f *Fixed) Sweep(now int64, budget int) int { return f.t.Sweep(now, budget) }
+func (f *Fixed) Sweep(now int64, budget int) int { return f.t.Sweep(clampTime(now), budget) }
 
 // Len returns how many keys are held.
 func (f *Fixed) Len() int { return f.t.Len() }

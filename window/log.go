@@ -123,7 +123,7 @@ func (l *Log) Take(key string, now int64, r limit.Rule, hits int64) limit.Decisi
 
 // Sweep retires up to about budget keys that have been idle for at least a
 // second at now, and returns how many it removed.
-func (l *Log) Sweep(now int64, budget int) int { return l.t.Sweep(now, budget) }
+func (l *Log) Sweep(now int64, budget int) int { return l.t.Sweep(clampTime(now), budget) }
 
 // Len returns how many keys are held.
 func (l *Log) Len() int { return l.t.Len() }

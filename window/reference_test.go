@@ -235,23 +235,25 @@ func (t *refLog) Take(key string, now int64, r limit.Rule, hits int64) limit.Dec
 		at = s.last
 	}
 	p, lim, mi := int64(r.Period), r.Limit, int64(r.MinInterval)
-	var counted []int64
-	for _, ts := range s.times {
-		if at-ts < p {
-			counted = append(counted, ts)
-		}
+	// The counted hits are the suffix of times after at−p.
+	k := len(s.times)
+	for k > 0 && at-s.times[k-1] < p {
+		k--
 	}
+	counted := s.times[k:]
 	ask := max(hits, 1)
 	n := int64(len(counted))
 	d := limit.Decision{Allowed: n+ask <= lim && (s.idleAt == 0 || at-s.last >= mi)}
 	if hits > 0 && (d.Allowed || r.Behavior.Has(limit.CountRejected)) {
+		keep := max(lim, n)
+		times := append(s.times[:0], counted...)
 		for range min(hits, lim) {
-			counted = append(counted, at)
+			times = append(times, at)
 		}
-		if keep := max(lim, n); int64(len(counted)) > keep {
-			counted = counted[int64(len(counted))-keep:]
+		if int64(len(times)) > keep {
+			times = append(times[:0], times[int64(len(times))-keep:]...)
 		}
-		s.times = counted
+		s.times, counted = times, times
 		s.last, s.idleAt = at, at+max(p, mi)
 	}
 	n = int64(len(counted))

@@ -22,9 +22,10 @@ func decideSliding(c cell, now int64, r limit.Rule, hits int64) (cell, limit.Dec
 		c = cell{}
 	}
 	lim, p := r.Limit, int64(r.Period)
-	v := c.at(now, p)
-	weighted := mulDivCeil(v.prev, v.end-v.now, p) // ≤ prev
-	cur := v.cur
+	g := slotExp(p)
+	end, at, prev, cur := c.at(now, p, g)
+	weighted := mulDivCeil(prev, end-at, p) // ≤ prev
+	before := cur
 	ask := max(hits, 1) // a peek answers as a check of one hit would
 	var d limit.Decision
 	if ask <= lim-weighted-cur {
@@ -34,30 +35,23 @@ func decideSliding(c cell, now int64, r limit.Rule, hits int64) (cell, limit.Dec
 		cur = max(cur, min(cur+hits, lim))
 	}
 	d.Remaining = max(lim-weighted-cur, 0)
-	d.ResetAt = slidingResetAt(v, cur, now)
+	d.ResetAt = now
+	switch {
+	case cur > 0:
+		d.ResetAt = end + p // when the next window is over
+	case prev > 0:
+		d.ResetAt = end
+	}
 	if !d.Allowed {
 		d.RetryAfter = limit.Never
 		if ask <= lim {
-			d.RetryAfter = time.Duration(slidingRetryAt(v, cur, lim-ask) - now)
+			d.RetryAfter = time.Duration(slidingRetryAt(end, at, p, prev, cur, lim-ask) - now)
 		}
 	}
-	if cur != v.cur {
-		c = v.store(v.prev, cur)
+	if cur != before {
+		c = cell{g: g, slot: end >> g, prev: prev, cur: cur}
 	}
 	return c, d
-}
-
-// slidingResetAt returns when the estimate falls to 0 if nothing more is
-// counted: the end of the next window if the current one counts hits, else
-// the end of the current window if the previous one does, else now.
-func slidingResetAt(v view, cur, now int64) int64 {
-	switch {
-	case cur > 0:
-		return v.end + v.p
-	case v.prev > 0:
-		return v.end
-	}
-	return now
 }
 
 // slidingRetryAt returns the first instant at which the estimate is at most
@@ -65,17 +59,17 @@ func slidingResetAt(v view, cur, now int64) int64 {
 // current window prev×(end−t)/p + cur, within the next cur×(end+p−t)/p,
 // then 0. Solving each for t and rounding up to the next nanosecond makes
 // the answer exact: at that instant the check passes, one ns before it
-// fails. Called only when the estimate at v.now exceeds need.
-func slidingRetryAt(v view, cur, need int64) int64 {
+// fails. Called only when the estimate at at exceeds need.
+func slidingRetryAt(end, at, p, prev, cur, need int64) int64 {
 	if cur <= need {
 		// In the current window: prev×(end−t) ≤ (need−cur)×p.
-		if v.prev == 0 {
-			return v.now
+		if prev == 0 {
+			return at
 		}
-		return v.end - min(mulDivFloor(need-cur, v.p, v.prev), v.end-v.now)
+		return end - min(mulDivFloor(need-cur, p, prev), end-at)
 	}
 	// In the next window: cur×(end+p−t) ≤ need×p, with need < cur.
-	return v.end + v.p - mulDivFloor(need, v.p, cur)
+	return end + p - mulDivFloor(need, p, cur)
 }
 
 // Packed SLIDING_WINDOW word, bit 63 always 0:
@@ -159,7 +153,7 @@ func (s *Sliding) Take(key string, now int64, r limit.Rule, hits int64) limit.De
 
 // Sweep retires up to about budget keys whose estimate has been 0 for at
 // least a second at now, and returns how many it removed.
-func (s *Sliding) Sweep(now int64, budget int) int { return s.t.Sweep(now, budget) }
+func (s *Sliding) Sweep(now int64, budget int) int { return s.t.Sweep(clampTime(now), budget) }
 
 // Len returns how many keys are held.
 func (s *Sliding) Len() int { return s.t.Len() }

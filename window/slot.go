@@ -38,10 +38,11 @@ func clampTime(now int64) int64 { return min(max(now, 0), MaxTime) }
 // window as its current window, the previous one (SLIDING_WINDOW), an
 // expired one, or one ahead of now (the clock went backwards: see
 // cell.at). A Period of another octave (another g) restarts the state. A
-// new Period of the same octave maps the counts to a window that contains
-// lo, an instant of the stored window (lo > E − 2^g ≥ E − Period): counts
-// carry over only into a window that overlaps the one they were counted
-// in, which is conservative, and lapse with it.
+// new Period of the same octave maps the counts to the first window of the
+// new period ending at or after lo; since E − Period < lo ≤ E, that window
+// overlaps the stored one. Counts carry over only into a window that
+// overlaps the one they were counted in, which is conservative, and lapse
+// with it.
 
 // maxSlotExp caps g, so that long periods keep more bits for counts; any
 // g ≤ log2(p) identifies windows.
@@ -74,37 +75,27 @@ type cell struct {
 	cur  int64 // hits counted in the window
 }
 
-// view is a cell seen from a take: its counts mapped onto the window of the
-// take's rule that contains now.
-type view struct {
-	g, p int64
-	end  int64 // end of the window cur counts
-	now  int64 // the take's now, or the start of a stored window that lies ahead of it
-	prev int64
-	cur  int64
-}
-
-// at maps c onto the windows of period p at now (see "Window identity").
-func (c cell) at(now, p int64) view {
-	g := slotExp(p)
-	end := (now/p + 1) * p
-	v := view{g: g, p: p, end: end, now: now}
+// at maps c onto the windows of period p (slot exponent g) at now (see
+// "Window identity"). It returns the end of the window the take counts in,
+// the instant it counts at, and the counts it sees in that window and in
+// the one before. The instant is now, unless the stored window lies ahead
+// of now: the clock went backwards past its start, and the take counts as
+// made at that start, so that stepping the clock back never opens a new
+// window.
+func (c cell) at(now, p, g int64) (end, at, prev, cur int64) {
+	end = (now/p + 1) * p
 	if c.g != g || c.cur == 0 && c.prev == 0 {
-		return v
+		return end, now, 0, 0
 	}
 	switch m := c.windowEnd(end, p); {
 	case m == end:
-		v.prev, v.cur = c.prev, c.cur
+		return end, now, c.prev, c.cur
 	case m == end-p:
-		v.prev = c.cur
+		return end, now, c.cur, 0
 	case m > end:
-		// The clock went backwards past the start of the stored window.
-		// The take counts as made at that start, so that stepping the
-		// clock back never opens a new window.
-		v.end, v.now = m, m-p
-		v.prev, v.cur = c.prev, c.cur
+		return m, m - p, c.prev, c.cur
 	}
-	return v
+	return end, now, 0, 0
 }
 
 // windowEnd returns the end of the window of period p (of c's octave) that
@@ -122,11 +113,6 @@ func (c cell) windowEnd(end, p int64) int64 {
 		return lo // expired: any instant before end−p will do
 	}
 	return (lo + p - 1) / p * p
-}
-
-// store returns the cell recording counts prev and cur in v's window.
-func (v view) store(prev, cur int64) cell {
-	return cell{g: v.g, slot: v.end >> v.g, prev: prev, cur: cur}
 }
 
 // mulDivFloor returns ⌊a×b/c⌋ for non-negative a, b and positive c,
