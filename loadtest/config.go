@@ -1,0 +1,289 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"strings"
+	"time"
+
+	"github.com/shardlimiter/shardlimiter/limit"
+)
+
+// Modes (--mode).
+const (
+	modeThroughput = "throughput"
+	modeAccuracy   = "accuracy"
+)
+
+// Per-mode defaults of the flags whose meaning depends on the mode; a flag
+// given on the command line always wins.
+const (
+	throughputLimit     = limit.MaxLimit    // never trips: every check is admitted
+	throughputLogLimit  = limit.MaxLogLimit // SLIDING_LOG keeps one timestamp per hit
+	accuracyLimit       = 10
+	accuracyKeys        = 8
+	accuracyDuration    = 4 * time.Second // per algorithm
+	accuracyPace        = 5               // attempts per key, as a multiple of the limit's rate
+	maxAccuracyKeys     = 1000            // one goroutine per key
+	maxAccuracyAttempts = 20_000_000      // recorded attempts, 40 bytes each
+)
+
+// config is the validated command line.
+type config struct {
+	targets        []string // gRPC addresses
+	entryOne       bool     // everything to targets[0]
+	local          int      // start a local cluster of this many nodes
+	localFlags     []string // extra flags for the local servers
+	serverBin      string   // prebuilt server binary for --local; empty builds one
+	metricsTargets []string // HTTP addresses serving /metrics
+	calibrate      bool
+
+	mode        string
+	duration    time.Duration
+	concurrency int
+	batch       int
+	rate        float64 // checks/s; 0 = closed loop
+	conns       int     // gRPC connections per target
+	rpcTimeout  time.Duration
+
+	keys       int
+	dist       string
+	zipfS      float64
+	algorithms []limit.Algorithm
+	rule       limit.Rule // Algorithm is set per run
+	hits       int64
+	seed       uint64
+
+	json, quiet bool
+}
+
+// errFlagParse marks an error the flag package has already printed.
+var errFlagParse = errors.New("bad flag")
+
+// rawFlags holds the flag values before validation.
+type rawFlags struct {
+	targets, metricsTargets, mode, dist, algorithm string
+	limit, burst                                   int64
+	period                                         time.Duration
+}
+
+func newFlagSet(out io.Writer, c *config, r *rawFlags) *flag.FlagSet {
+	fs := flag.NewFlagSet("loadtest", flag.ContinueOnError)
+	fs.SetOutput(out)
+	fs.StringVar(&r.targets, "targets", "", "comma-separated gRPC addresses (host:port); each worker round-robins over them")
+	fs.BoolVar(&c.entryOne, "entry-one", false, "send everything to the first target (the others are reached by forwarding)")
+	fs.IntVar(&c.local, "local", 0, "build ./cmd/shardlimiter and start a local `N`-node cluster on 127.0.0.1 for the run")
+	fs.Func("local-flag", "extra flag for the --local servers, e.g. --local-flag=--fail-policy=open (repeatable)", func(s string) error {
+		c.localFlags = append(c.localFlags, s)
+		return nil
+	})
+	fs.StringVar(&c.serverBin, "server-bin", "", "with --local: use this shardlimiter binary instead of building one")
+	fs.StringVar(&r.metricsTargets, "metrics-targets", "", "comma-separated HTTP addresses whose /metrics give server CPU (automatic with --local)")
+	fs.BoolVar(&c.calibrate, "calibrate", false, "first measure an in-process admit-everything gRPC server: the transport ceiling")
+	fs.StringVar(&r.mode, "mode", modeThroughput, "throughput or accuracy")
+	fs.DurationVar(&c.duration, "duration", 10*time.Second, "length of the run (accuracy: per algorithm, default 4s)")
+	fs.IntVar(&c.concurrency, "concurrency", 32, "workers, each with one call in flight (throughput mode)")
+	fs.IntVar(&c.batch, "batch", 100, "checks per GetRateLimits call (throughput mode)")
+	fs.Float64Var(&c.rate, "rate", 0, "open loop: checks/s on a fixed schedule (0 = closed loop); accuracy: total attempts/s (default 5× limit per key)")
+	fs.IntVar(&c.conns, "conns", 1, "gRPC connections per target")
+	fs.DurationVar(&c.rpcTimeout, "rpc-timeout", 2*time.Second, "deadline of one call")
+	fs.IntVar(&c.keys, "keys", 100_000, "distinct keys (accuracy: default 8)")
+	fs.StringVar(&r.dist, "dist", distUniform, "key distribution: uniform, zipf or hot (one key)")
+	fs.Float64Var(&c.zipfS, "zipf-s", defaultZipfS, "Zipf exponent s > 1 for --dist zipf: P(key k) ∝ (1+k)^-s")
+	fs.StringVar(&r.algorithm, "algorithm", "TOKEN_BUCKET", "TOKEN_BUCKET, LEAKY_BUCKET, FIXED_WINDOW, SLIDING_WINDOW, SLIDING_LOG, or all (accuracy mode)")
+	fs.Int64Var(&r.limit, "limit", 0, "hits per period (default: throughput 1e9, never trips (SLIDING_LOG 1e5); accuracy 10)")
+	fs.DurationVar(&r.period, "period", time.Second, "the limit's period")
+	fs.Int64Var(&r.burst, "burst", 0, "TOKEN_BUCKET capacity / LEAKY_BUCKET queue depth (0 = the algorithm's default)")
+	fs.Int64Var(&c.hits, "hits", 1, "hits per check")
+	fs.Uint64Var(&c.seed, "seed", 0, "random seed of the key streams and run id (0 = from the clock)")
+	fs.BoolVar(&c.json, "json", false, "write one JSON object to stdout instead of the summary")
+	fs.BoolVar(&c.quiet, "quiet", false, "no progress lines on stderr")
+	return fs
+}
+
+// parseFlags parses and validates args. Errors name the flag at fault.
+func parseFlags(args []string, stderr io.Writer) (*config, error) {
+	c, r := &config{}, &rawFlags{}
+	fs := newFlagSet(stderr, c, r)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("%w: %w", errFlagParse, err)
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	c.targets = splitList(r.targets)
+	c.metricsTargets = splitList(r.metricsTargets)
+	c.mode, c.dist = r.mode, r.dist
+	var err error
+	if c.algorithms, err = parseAlgorithms(r.algorithm); err != nil {
+		return nil, err
+	}
+	c.applyModeDefaults(set, r)
+	if err := c.validate(set); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// applyModeDefaults fills the flags whose default depends on the mode.
+func (c *config) applyModeDefaults(set map[string]bool, r *rawFlags) {
+	c.rule = limit.Rule{Limit: r.limit, Period: r.period, Burst: r.burst}
+	if c.mode == modeAccuracy {
+		if !set["limit"] {
+			c.rule.Limit = accuracyLimit
+		}
+		if !set["keys"] {
+			c.keys = accuracyKeys
+		}
+		if !set["duration"] {
+			c.duration = accuracyDuration
+		}
+		return
+	}
+	if !set["limit"] {
+		c.rule.Limit = throughputLimit
+		if len(c.algorithms) == 1 && c.algorithms[0] == limit.SlidingLog {
+			c.rule.Limit = throughputLogLimit
+		}
+	}
+}
+
+func parseAlgorithms(s string) ([]limit.Algorithm, error) {
+	if strings.EqualFold(s, "all") {
+		return limit.Algorithms(), nil
+	}
+	for _, a := range limit.Algorithms() {
+		if strings.EqualFold(s, a.String()) {
+			return []limit.Algorithm{a}, nil
+		}
+	}
+	return nil, fmt.Errorf("--algorithm: unknown algorithm %q (want TOKEN_BUCKET, LEAKY_BUCKET, FIXED_WINDOW, SLIDING_WINDOW, SLIDING_LOG or all)", s)
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// validate checks every value and combination; it reports them all.
+func (c *config) validate(set map[string]bool) error {
+	var errs []error
+	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
+	switch {
+	case c.mode != modeThroughput && c.mode != modeAccuracy:
+		bad("--mode: want throughput or accuracy, got %q", c.mode)
+	case len(c.targets) == 0 && c.local == 0 && !c.calibrate:
+		bad("no targets: give --targets host:port,…, --local N or --calibrate")
+	case len(c.targets) > 0 && c.local > 0:
+		bad("--targets and --local exclude each other")
+	case c.local > 0 && len(c.metricsTargets) > 0:
+		bad("--metrics-targets is automatic with --local")
+	case c.local == 0 && (len(c.localFlags) > 0 || c.serverBin != ""):
+		bad("--local-flag and --server-bin need --local N")
+	}
+	if c.local < 0 || c.local > 32 {
+		bad("--local: want 1 to 32 nodes, got %d", c.local)
+	}
+	c.validateLoad(bad)
+	c.validateRule(bad, set)
+	return errors.Join(errs...)
+}
+
+func (c *config) validateLoad(bad func(string, ...any)) {
+	if c.duration <= 0 {
+		bad("--duration: want > 0, got %v", c.duration)
+	}
+	if c.concurrency < 1 {
+		bad("--concurrency: want >= 1, got %d", c.concurrency)
+	}
+	if c.batch < 1 {
+		bad("--batch: want >= 1, got %d", c.batch)
+	}
+	if c.rate < 0 || math.IsNaN(c.rate) || math.IsInf(c.rate, 0) {
+		bad("--rate: want >= 0 checks/s, got %v", c.rate)
+	}
+	if c.conns < 1 {
+		bad("--conns: want >= 1, got %d", c.conns)
+	}
+	if c.rpcTimeout <= 0 {
+		bad("--rpc-timeout: want > 0, got %v", c.rpcTimeout)
+	}
+	if c.keys < 1 {
+		bad("--keys: want >= 1, got %d", c.keys)
+	}
+	if c.dist != distUniform && c.dist != distZipf && c.dist != distHot {
+		bad("--dist: want uniform, zipf or hot, got %q", c.dist)
+	}
+	if !(c.zipfS > 1) || math.IsInf(c.zipfS, 0) {
+		bad("--zipf-s: want > 1, got %v", c.zipfS)
+	}
+}
+
+func (c *config) validateRule(bad func(string, ...any), set map[string]bool) {
+	if c.hits < 0 {
+		bad("--hits: want >= 0, got %d", c.hits)
+	}
+	if c.mode == modeAccuracy {
+		c.validateAccuracy(bad)
+	} else if len(c.algorithms) > 1 {
+		bad("--algorithm all: accuracy mode only; throughput runs one algorithm")
+	}
+	for _, a := range c.algorithms {
+		r := c.ruleFor(a)
+		if len(c.algorithms) == 1 {
+			r.Burst = c.rule.Burst // an explicit --burst must fit the one algorithm
+		}
+		if err := (limit.Check{Name: ruleName, Key: "k", Hits: c.hits, Rule: r}).Validate(); err != nil {
+			bad("rule for %v: %v (check --limit, --period, --burst, --hits)", a, err)
+			return
+		}
+	}
+}
+
+func (c *config) validateAccuracy(bad func(string, ...any)) {
+	if c.hits < 1 {
+		bad("--hits: accuracy mode needs >= 1, got %d", c.hits)
+	}
+	if c.keys > maxAccuracyKeys {
+		bad("--keys: accuracy mode runs one sender per key, at most %d, got %d", maxAccuracyKeys, c.keys)
+	}
+	if c.rule.Limit <= 0 || c.rule.Period <= 0 {
+		return // reported by the rule check
+	}
+	if n := c.accuracyRate() * c.duration.Seconds(); n > maxAccuracyAttempts {
+		bad("accuracy run would record %.0f attempts per algorithm, more than %d: lower --rate, --keys or --duration", n, maxAccuracyAttempts)
+	}
+}
+
+// accuracyRate returns the attempts per second of an accuracy run over
+// all keys: --rate, else accuracyPace × the limit's rate per key.
+func (c *config) accuracyRate() float64 {
+	if c.rate > 0 {
+		return c.rate
+	}
+	return float64(c.keys) * accuracyPace * float64(c.rule.Limit) / c.rule.Period.Seconds()
+}
+
+// ruleFor returns the rule of a run of algorithm a: --burst applies to the
+// buckets only, so that --algorithm all stays valid.
+func (c *config) ruleFor(a limit.Algorithm) limit.Rule {
+	r := c.rule
+	r.Algorithm = a
+	if a != limit.TokenBucket && a != limit.LeakyBucket {
+		r.Burst = 0
+	}
+	return r
+}

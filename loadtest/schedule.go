@@ -1,0 +1,203 @@
+package main
+
+import (
+	"context"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/shardlimiter/shardlimiter/limit"
+)
+
+// schedule hands out the send times of calls to the workers. Both kinds
+// are safe for concurrent use.
+type schedule interface {
+	// claim returns when the next call is due, given the current time;
+	// ok is false once the run has no more calls to send.
+	claim(now time.Time) (at time.Time, ok bool)
+	// open reports whether latency is measured from the scheduled time.
+	open() bool
+}
+
+// closedLoop sends each worker's next call as soon as its previous one is
+// answered, until end. The offered load adapts to the server: a slow
+// answer delays the next request, so latency is measured from the actual
+// send and the tool's own queueing is invisible (coordinated omission).
+type closedLoop struct{ end time.Time }
+
+func (c closedLoop) claim(now time.Time) (time.Time, bool) { return now, now.Before(c.end) }
+func (closedLoop) open() bool                              { return false }
+
+// openLoop makes call n due at start + n×interval whatever the answers,
+// for every n with a due time before end. A worker sends a call at its due
+// time or, when every worker was busy, as soon as one is free; latency is
+// measured from the due time, so a stalled server is charged the whole
+// queue it caused instead of one slow answer.
+type openLoop struct {
+	start    time.Time
+	interval float64 // ns between due times, may be fractional
+	end      time.Time
+	next     atomic.Int64
+}
+
+func newOpenLoop(start, end time.Time, callsPerSecond float64) *openLoop {
+	return &openLoop{start: start, end: end, interval: 1e9 / callsPerSecond}
+}
+
+func (o *openLoop) claim(time.Time) (time.Time, bool) {
+	at := o.due(o.next.Add(1) - 1)
+	return at, at.Before(o.end)
+}
+
+func (o *openLoop) open() bool { return true }
+
+func (o *openLoop) due(n int64) time.Time {
+	return o.start.Add(time.Duration(math.Round(float64(n) * o.interval)))
+}
+
+// scheduled returns how many calls are due before end.
+func (o *openLoop) scheduled() int64 {
+	return int64(math.Ceil(float64(o.end.Sub(o.start)) / o.interval))
+}
+
+// lateAfter is how far behind its due time a send must start to count as
+// late: well above timer and scheduler jitter on an idle machine.
+const lateAfter = time.Millisecond
+
+// outcome is what one call did.
+type outcome struct {
+	checks, admitted, rejected int64
+	rpcErr                     string           // kind of a failed call; "" when it was answered
+	itemErrs                   map[string]int64 // item errors by kind; nil when none
+}
+
+// call performs one RPC under ctx (the run's drain deadline; the call adds
+// its own per-RPC deadline).
+type call func(ctx context.Context) outcome
+
+// drive runs one worker: claim a due time, wait for it, call, record;
+// until the schedule is exhausted or ctx is done. A call that fails
+// because ctx ended (Ctrl-C, drain deadline) is counted as abandoned, not
+// as a server error.
+func drive(ctx context.Context, s schedule, do call, rec *shard) {
+	for ctx.Err() == nil {
+		at, ok := s.claim(time.Now())
+		if !ok || !sleepUntil(ctx, at) {
+			return
+		}
+		start := time.Now()
+		out := do(ctx)
+		done := time.Now()
+		if out.rpcErr != "" && ctx.Err() != nil {
+			rec.abandon()
+			return
+		}
+		from := start
+		if s.open() {
+			from = at
+		}
+		rec.record(done.Sub(from), start.Sub(at), out)
+	}
+}
+
+// sleepUntil waits until t; false if ctx ended first.
+func sleepUntil(ctx context.Context, t time.Time) bool {
+	d := time.Until(t)
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-timer.C:
+		return true
+	}
+}
+
+// tally counts what calls did.
+type tally struct {
+	rpcs, checks, admitted, rejected int64
+	late, abandoned                  int64
+	maxLag                           time.Duration
+	errors                           map[string]int64
+}
+
+func (t *tally) add(o *tally) {
+	t.rpcs += o.rpcs
+	t.checks += o.checks
+	t.admitted += o.admitted
+	t.rejected += o.rejected
+	t.late += o.late
+	t.abandoned += o.abandoned
+	t.maxLag = max(t.maxLag, o.maxLag)
+	for k, v := range o.errors {
+		t.countError(k, v)
+	}
+}
+
+func (t *tally) countError(kind string, n int64) {
+	if t.errors == nil {
+		t.errors = map[string]int64{}
+	}
+	t.errors[kind] += n
+}
+
+func (t *tally) errorCount() (n int64) {
+	for _, v := range t.errors {
+		n += v
+	}
+	return n
+}
+
+// shard is one worker's recorder. Its mutex is contended only once a
+// second, by the collector; the latency histogram holds answered calls.
+type shard struct {
+	mu   sync.Mutex
+	hist *Histogram
+	t    tally
+}
+
+func newShard() *shard { return &shard{hist: newHistogram()} }
+
+func (s *shard) record(latency, lag time.Duration, o outcome) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.t.rpcs++
+	if o.rpcErr != "" {
+		s.t.countError(o.rpcErr, 1)
+	} else {
+		s.hist.RecordDuration(latency)
+		s.t.checks += o.checks
+		s.t.admitted += o.admitted
+		s.t.rejected += o.rejected
+		for k, v := range o.itemErrs {
+			s.t.countError(k, v)
+		}
+	}
+	if lag > lateAfter {
+		s.t.late++
+	}
+	s.t.maxLag = max(s.t.maxLag, lag)
+}
+
+func (s *shard) abandon() {
+	s.mu.Lock()
+	s.t.abandoned++
+	s.mu.Unlock()
+}
+
+// drainInto moves what s recorded since the last drain into h and t.
+func (s *shard) drainInto(h *Histogram, t *tally) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	h.Merge(s.hist)
+	s.hist.Reset()
+	t.add(&s.t)
+	s.t = tally{}
+}
+
+// itemErrorKind names the kind of a failed item for the errors report.
+func itemErrorKind(r limit.Reason) string { return "item:" + r.String() }
