@@ -74,7 +74,7 @@ type verdict struct {
 }
 
 // take applies hits at now to a key whose theoretical arrival time is tat
-// and returns the new tat and the verdict. It is pure. A peek (hits 0)
+// and returns the new tat and the verdict. It is pure. A peek (hits ≤ 0)
 // answers as a check of one hit would, and changes nothing.
 func (p rate) take(tat, now, hits int64, countRejected bool) (int64, verdict) {
 	base := max(tat, now) // a tat in the past means a full bucket, not credit

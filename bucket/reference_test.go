@@ -53,16 +53,19 @@ func (b *refBucket) Take(key string, now int64, r limit.Rule, hits int64) limit.
 	}
 	k.rule, k.warm = p, warm
 	reset, counted := r.Behavior.Has(limit.Reset), r.Behavior.Has(limit.CountRejected)
-	var v verdict
-	if !warm {
-		tat := k.tat
-		if reset {
-			tat = 0
-		}
-		k.tat, v = p.take(tat, now, hits, counted)
-		return p.decision(now, v)
+	if warm {
+		return k.takeWarm(newWarmRate(r), now, hits, reset, counted)
 	}
-	w := newWarmRate(r)
+	tat := k.tat
+	if reset {
+		tat = 0
+	}
+	var v verdict
+	k.tat, v = p.take(tat, now, hits, counted)
+	return p.decision(now, v)
+}
+
+func (k *refKey) takeWarm(w warmRate, now, hits int64, reset, counted bool) limit.Decision {
 	switch {
 	case k.maxp == 0:
 		k.stored, k.maxp = w.maxp, w.maxp
@@ -73,6 +76,7 @@ func (b *refBucket) Take(key string, now int64, r limit.Rule, hits int64) limit.
 	if reset {
 		tat, stored = 0, w.maxp
 	}
+	var v verdict
 	k.tat, k.stored, v = w.take(tat, stored, now, hits, counted)
 	return w.decision(now, v)
 }
