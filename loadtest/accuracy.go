@@ -129,29 +129,9 @@ func judge(r limit.Rule, logs [][]attempt) *algAccuracy {
 	}
 	var violations int64
 	for _, at := range logs {
-		if len(at) == 0 {
-			continue
+		if len(at) > 0 {
+			violations += acc.addKey(r, at)
 		}
-		var admitted int64
-		for _, x := range at {
-			acc.AttemptedHits += x.hits
-			switch {
-			case x.failed:
-				acc.FailedChecks++
-			case x.admitted:
-				admitted += x.hits
-			default:
-				acc.RejectedHits += x.hits
-			}
-		}
-		b, e := bound(r, at[0].send, at[len(at)-1].recv), expected(r, at)
-		acc.AdmittedHits += admitted
-		acc.BoundHits += b
-		acc.ExpectedHits += e
-		acc.OverAdmittedHits += max(admitted-b, 0)
-		acc.UnderAdmitted += max(e-admitted, 0)
-		acc.MaxInPeriod = max(acc.MaxInPeriod, maxInPeriod(int64(r.Period), at))
-		violations += spanViolations(r, at)
 	}
 	acc.OverAdmittedPct = pct(acc.OverAdmittedHits, acc.BoundHits)
 	acc.UnderAdmittedPct = pct(acc.UnderAdmitted, acc.ExpectedHits)
@@ -162,6 +142,31 @@ func judge(r limit.Rule, logs [][]attempt) *algAccuracy {
 		acc.ErrorVsExactLogPct = ptr(pct(acc.AdmittedHits-acc.ExpectedHits, acc.ExpectedHits))
 	}
 	return acc
+}
+
+// addKey adds one key's attempts (at least one) and returns its span
+// violations.
+func (acc *algAccuracy) addKey(r limit.Rule, at []attempt) int64 {
+	var admitted int64
+	for _, x := range at {
+		acc.AttemptedHits += x.hits
+		switch {
+		case x.failed:
+			acc.FailedChecks++
+		case x.admitted:
+			admitted += x.hits
+		default:
+			acc.RejectedHits += x.hits
+		}
+	}
+	b, e := bound(r, at[0].send, at[len(at)-1].recv), expected(r, at)
+	acc.AdmittedHits += admitted
+	acc.BoundHits += b
+	acc.ExpectedHits += e
+	acc.OverAdmittedHits += max(admitted-b, 0)
+	acc.UnderAdmitted += max(e-admitted, 0)
+	acc.MaxInPeriod = max(acc.MaxInPeriod, maxInPeriod(int64(r.Period), at))
+	return spanViolations(r, at)
 }
 
 func pct(n, of int64) float64 {

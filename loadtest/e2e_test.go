@@ -177,3 +177,18 @@ func TestLocalClusterLeavesNoProcess(t *testing.T) {
 		}
 	}
 }
+
+func TestLineWatchWaitsForAWholeLine(t *testing.T) {
+	t.Parallel()
+	found := make(chan string, 1)
+	w := &lineWatch{prefix: "serving ", found: found}
+	for _, chunk := range []string{"starting\nserv", "ing node=a http=127.0.0.1:1 gr", "pc=127.0.0.1:2", "\nlater\n"} {
+		w.Write([]byte(chunk))
+	}
+	if got := <-found; got != "serving node=a http=127.0.0.1:1 grpc=127.0.0.1:2" {
+		t.Errorf("found %q", got)
+	}
+	if got := field("serving node=a http=h:1 grpc=g:2", "grpc="); got != "g:2" {
+		t.Errorf("field(grpc=) = %q", got)
+	}
+}

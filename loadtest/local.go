@@ -55,9 +55,9 @@ type localNode struct {
 // startLocal builds the server (unless bin is given) and starts n nodes:
 // the first as seed, the others joining it; it returns once every node
 // sees n members. On error everything started is stopped.
-func startLocal(ctx context.Context, n int, bin string, extra []string, log io.Writer) (c *localCluster, err error) {
+func startLocal(ctx context.Context, n int, bin string, extra []string, log io.Writer) (_ *localCluster, err error) {
 	cctx, cancel := context.WithCancel(ctx)
-	c = &localCluster{cancel: cancel}
+	c := &localCluster{cancel: cancel}
 	defer func() {
 		if err != nil {
 			c.stop()
@@ -84,7 +84,10 @@ func startLocal(ctx context.Context, n int, bin string, extra []string, log io.W
 		c.nodes = append(c.nodes, nd)
 		fmt.Fprintf(log, "loadtest: started %s grpc=%s http=%s gossip=%s\n", nd.name, nd.grpc, nd.http, nd.gossip)
 	}
-	return c, c.converge(cctx, n)
+	if err := c.converge(cctx, n); err != nil {
+		return nil, err
+	}
+	return c, nil
 }
 
 // stop kills every node and waits for them; it is idempotent.
@@ -114,6 +117,9 @@ func (c *localCluster) httpAddrs() (out []string) {
 	return out
 }
 
+// modulePath is the module whose server --local builds.
+const modulePath = "github.com/shardlimiter/shardlimiter"
+
 // buildServer builds ./cmd/shardlimiter of the module around the current
 // directory into dir.
 func buildServer(ctx context.Context, dir string) (string, error) {
@@ -122,9 +128,13 @@ func buildServer(ctx context.Context, dir string) (string, error) {
 	if err != nil || gomod == "" || gomod == os.DevNull {
 		return "", errors.New("--local builds ./cmd/shardlimiter: run inside the shardlimiter module, or give --server-bin")
 	}
+	if mod, err := os.ReadFile(gomod); err != nil || !bytes.Contains(mod, []byte("module "+modulePath+"\n")) {
+		return "", fmt.Errorf("--local builds ./cmd/shardlimiter: %s is not the %s module; run inside it, or give --server-bin", gomod, modulePath)
+	}
 	bin := filepath.Join(dir, "shardlimiter")
 	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/shardlimiter")
 	cmd.Dir = filepath.Dir(gomod)
+	setProcessGroup(cmd) // a cancelled build takes its compilers along
 	if msg, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("go build ./cmd/shardlimiter: %w\n%s", err, msg)
 	}

@@ -152,7 +152,7 @@ func (r *result) setOpenLoop(rate float64, scheduled int64, col *collector) {
 	ol.FellBehind = ol.Unsent > 0 || float64(ol.Late) > 0.01*float64(scheduled)
 	r.OpenLoop = ol
 	if ol.FellBehind {
-		r.note(fmt.Sprintf("open loop fell behind: %d of %d calls sent late (max %.1f ms), %d never sent; latency counts from the schedule, so it includes that queue",
+		r.note(fmt.Sprintf("open loop fell behind: %d of %d calls sent late (max %.1f ms), %d never sent; latency counts from the schedule, so it includes that queue (if the tool is the limit, raise --concurrency)",
 			ol.Late, scheduled, ol.MaxLagMS, ol.Unsent))
 	}
 }
