@@ -26,9 +26,19 @@ func clampNow(now int64) int64 { return min(max(now, minNow), maxNow) }
 // early; the slack covers that skew.
 const idleSlack = int64(time.Second)
 
-// rate is a rule reduced to what the GCRA arithmetic needs. A hit costs
-// period/limit ns, which may be a fraction of a nanosecond, so no interval
-// is precomputed: every product goes through muldiv.go.
+// rate is a rule reduced to what the GCRA arithmetic needs.
+//
+// A hit costs one emission interval, period/limit rounded UP to a whole
+// nanosecond (at least 1 ns), and the bucket holds capacity intervals.
+// Rounding the interval once, rather than each call's cost, keeps the
+// arithmetic exact in whole hits: a full bucket admits exactly capacity
+// hits at one instant whatever period/limit is (rounding every cost up
+// instead loses a nanosecond per call, and with it the last hit of a
+// burst whenever period/limit is not a whole number). The price is a
+// refill rate at most 1 ns per hit slower than the rule: under 0.1% for
+// any interval of a microsecond or more, and rules faster than one hit per
+// nanosecond per key are held to one per nanosecond. Never faster than the
+// rule: the exact bound capacity + span×limit/period always holds.
 type rate struct {
 	limit    int64 // hits per period, 1..limit.MaxLimit
 	period   int64 // ns
@@ -36,31 +46,33 @@ type rate struct {
 	shaping  bool  // report the wait ahead of admitted hits as Delay
 }
 
-// tau returns the time a full capacity takes to drain, rounded up: the
-// rule's size in time, used to rescale state across rule changes.
-func (p rate) tau() int64 { return mulDivCeil(p.capacity, p.period, p.limit) }
+// interval returns the cost of one hit: ⌈period/limit⌉ ns, at least 1.
+func (p rate) interval() int64 { return max((p.period+p.limit-1)/p.limit, 1) }
+
+// tau returns the time a full capacity takes to drain: the rule's size in
+// time, used to rescale state across rule changes.
+func (p rate) tau() int64 { return satMul(p.capacity, p.interval()) }
 
 // maxDebt bounds how far ahead of now COUNT_REJECTED may push the
 // theoretical arrival time: one full capacity plus one period. A client
 // that keeps hammering is therefore locked out for at most one period
 // (plus one hit's interval) after it stops, whatever it sent.
-func (p rate) maxDebt() int64 { return mulDivFloor(p.capacity, p.period, p.limit) + p.period }
+func (p rate) maxDebt() int64 { return p.tau() + p.period }
 
-// cost returns the time hits take at the rule's rate, rounded up: the
-// stored state may lose up to 1 ns per admitted call, never gain.
-func (p rate) cost(hits int64) int64 { return mulDivCeil(hits, p.period, p.limit) }
+// cost returns the time hits take at the rule's rate.
+func (p rate) cost(hits int64) int64 { return satMul(hits, p.interval()) }
 
 // fits reports whether hits can be admitted when the state is debt ns
-// ahead of now: debt + hits×period/limit ≤ capacity×period/limit, compared
-// exactly (multiplied through by limit).
+// ahead of now: debt + hits×interval ≤ capacity×interval.
 func (p rate) fits(debt, hits int64) bool {
-	return hits <= p.capacity && mulLE(debt, p.limit, p.capacity-hits, p.period)
+	return hits <= p.capacity && debt <= satMul(p.capacity-hits, p.interval())
 }
 
 // remaining returns how many hits one call could be admitted with when the
 // state is debt ns ahead of now.
 func (p rate) remaining(debt int64) int64 {
-	return max(p.capacity-mulDivCeil(debt, p.limit, p.period), 0)
+	i := p.interval()
+	return max(p.capacity-(debt+i-1)/i, 0)
 }
 
 // verdict is a decision before it is dressed as a limit.Decision (a
@@ -105,7 +117,7 @@ func (p rate) rejected(debt, hits int64) verdict {
 	if hits > p.capacity {
 		return verdict{debt: debt, wait: int64(limit.Never)}
 	}
-	return verdict{debt: debt, wait: debt - mulDivFloor(p.capacity-hits, p.period, p.limit)}
+	return verdict{debt: debt, wait: debt - satMul(p.capacity-hits, p.interval())}
 }
 
 // decision dresses v, reached at now, as a limit.Decision.

@@ -126,12 +126,20 @@ func TestTokenBucketSteps(t *testing.T) {
 			{at: 300*ms - 1, hits: 3, want: no(2, 1*sec, 1)},
 			{at: 300 * ms, hits: 3, want: ok(0, 1300*ms)},
 		}},
-		{"interval under a nanosecond", limit.Rule{Limit: 1_000_000_000, Period: ms}, []step{
-			{at: 0, hits: 1_000_000_000, want: ok(0, 1*ms)},
-			{at: 0, hits: 1, want: no(0, 1*ms, 1)},
-			{at: 1, hits: 1000, want: ok(0, 1*ms+1)},
-			// One hit costs 1/1000 ns; the stored cost rounds up to 1 ns.
-			{at: 500*ms/1000 + 1, hits: 1, want: ok(499_999_000, 1*ms+2)},
+		{"interval under a nanosecond is held to 1 ns", limit.Rule{Limit: 1_000_000_000, Period: ms}, []step{
+			// A full bucket admits its whole capacity at once...
+			{at: 0, hits: 1_000_000_000, want: ok(0, 1*sec)},
+			{at: 0, hits: 1, want: no(0, 1*sec, 1)},
+			// ...and refills at one hit per nanosecond, not 1000.
+			{at: 1000, hits: 1000, want: ok(0, 1*sec+1000)},
+			{at: 1000, hits: 1, want: no(0, 1*sec+1000, 1)},
+		}},
+		{"a fractional interval still admits the whole burst", limit.Rule{Limit: 7, Period: time.Hour}, []step{
+			// 1h/7 is 514285714285.7 ns; the interval rounds up once, so
+			// the seventh hit of a burst still fits.
+			{at: 0, hits: 6, want: ok(1, 6*514285714286)},
+			{at: 0, hits: 1, want: ok(0, 7*514285714286)},
+			{at: 0, hits: 1, want: no(0, 7*514285714286, 514285714286)},
 		}},
 		{"rule change keeps the fraction in use", perSecond, []step{
 			{at: 0, hits: 5, want: ok(5, 500*ms)},

@@ -51,3 +51,12 @@ func mulLE(a, b, c, d int64) bool {
 	h2, l2 := bits.Mul64(uint64(c), uint64(d))
 	return h1 < h2 || h1 == h2 && l1 <= l2
 }
+
+// satMul returns a×b, saturated at math.MaxInt64.
+func satMul(a, b int64) int64 {
+	hi, lo := bits.Mul64(uint64(a), uint64(b))
+	if hi != 0 || lo > math.MaxInt64 {
+		return math.MaxInt64
+	}
+	return int64(lo)
+}
