@@ -13,15 +13,21 @@
 // A take asks whether key may spend hits under a rule. hits = 0 is a peek:
 // it answers as a check of one hit would (Allowed, RetryAfter) and changes
 // nothing. Rejected hits consume nothing unless the rule has
-// limit.CountRejected; then they are counted as if admitted, up to the
-// limit (see each algorithm), so a client that keeps hammering stays out.
-// limit.Reset forgets the key's state before the check. hits > Limit can
-// never be admitted: RetryAfter is limit.Never. Otherwise a rejection's
-// RetryAfter is exact: retried after exactly RetryAfter (nothing else
-// counted meanwhile) the same check is admitted; 1 ns earlier it is not.
-// Remaining is in [0, Limit]. A changed rule takes effect at the next
-// take; a clock stepping backwards never opens a new window or admits a
-// burst.
+// limit.CountRejected; then they are counted as if admitted, so a client
+// that keeps hammering stays out, but never beyond Limit: a window's count
+// stops at Limit, the log keeps the newest Limit timestamps. limit.Reset
+// forgets the key's state before the check. hits > Limit can never be
+// admitted: RetryAfter is limit.Never. Otherwise a rejection's RetryAfter
+// is exact: retried after exactly RetryAfter (nothing else counted
+// meanwhile) the same check is admitted; 1 ns earlier it is not (within
+// MaxTime, where time stands still). Remaining is in [0, Limit].
+//
+// A changed rule takes effect at the take that carries it. A clock
+// stepping backwards never opens a new window or admits a burst: the take
+// counts at the start of the key's stored window (or at its last action,
+// for the log). The flip side is that a now far ahead, from a broken
+// clock, moves the key to that instant, where it stays until the clock
+// gets there or a Reset.
 //
 // # FIXED_WINDOW
 //
@@ -31,9 +37,10 @@
 // weakness is the boundary: Limit hits at the end of one window and Limit
 // more at the start of the next are all admitted, 2×Limit within a few
 // nanoseconds. A take whose now lies before the stored window counts in
-// the stored window. A new Limit applies to the current count at once; a
-// new Period restarts the count (see "Window identity" in slot.go for the
-// one exception, which is conservative).
+// the stored window. A new Limit applies to the current count at once. A
+// new Period restarts the count, except that a Period with the same
+// ⌊log2 Period⌋ carries it into the new window that overlaps the old one,
+// which is conservative (see "Window identity" in slot.go).
 //
 // # SLIDING_WINDOW
 //
@@ -46,7 +53,8 @@
 // from the linear decay of the estimate.
 //
 // Error bound. Take any span [s, s+Period) starting a fraction f = a/Period
-// into window k, with c hits counted in window k. The span admits at most
+// into window k, with c ≤ Limit hits counted in window k (one rule
+// throughout). The span admits at most
 // c hits from window k; its part of window k+1 ends before s+Period, so
 // its last admission there saw the weighted term c×rem/Period with rem >
 // Period − a, and admitted at most Limit − ⌈c(Period−a+1)/Period⌉ hits.
@@ -67,7 +75,9 @@
 // at one instant, so MinInterval spaces takes, not hits. ResetAt is when
 // the newest counted hit leaves the window (now for an empty log).
 // RetryAfter is when enough of the oldest counted hits have left, and the
-// interval has passed.
+// interval has passed. A changed Limit or Period applies to the counted
+// hits at once; a key is forgotten, at the latest, Period (or MinInterval,
+// if longer) of the rule that recorded its last action after that action.
 //
 // Memory is one int64 per counted hit, in a ring grown on demand (a key
 // that counts 2 hits holds 2 slots) and bounded by Limit (by the previous

@@ -28,7 +28,13 @@ func (q *ring) newest() int64 { return q.at(int(q.n) - 1) }
 // firstAfter returns the index of the oldest timestamp > t (n if none):
 // the timestamps from there on are the ones after t.
 func (q *ring) firstAfter(t int64) int {
+	// Usually none or a few of the oldest have expired since the last take.
 	lo, hi := 0, int(q.n)
+	for ; lo < min(hi, 4); lo++ {
+		if q.at(lo) > t {
+			return lo
+		}
+	}
 	for lo < hi {
 		mid := int(uint(lo+hi) >> 1)
 		if q.at(mid) <= t {
