@@ -9,15 +9,22 @@ import (
 
 // logState is one SLIDING_LOG key: the timestamps of the hits it counts,
 // oldest first, one per hit. The zero logState is a fresh key.
+//
+// Expired timestamps are dropped only when hits are recorded, so a key
+// that has recorded anything holds at least the last action's timestamp:
+// the newest one, which MinInterval is measured from.
 type logState struct {
 	ring
-	last int64 // the newest recorded action, when idleAt != 0
 	// idleAt is 0 for a fresh key; otherwise the instant from which the
-	// key is equivalent to a fresh one: last + max(Period, MinInterval)
-	// under the rule of the take that last recorded hits. From then on a
-	// take treats it as fresh, whether or not the sweep has run.
+	// key is equivalent to a fresh one: its last action + max(Period,
+	// MinInterval) under the rule of that action. From then on a take
+	// treats it as fresh, whether or not the sweep has run.
 	idleAt int64
 }
+
+// last returns the instant of the last recorded action; idleAt must be
+// non-zero.
+func (s *logState) last() int64 { return s.newest() }
 
 // take applies hits at now under r and returns the decision. The caller
 // holds the entry's mutex.
@@ -35,13 +42,13 @@ func (s *logState) take(now int64, r limit.Rule, hits int64) limit.Decision {
 	if s.idleAt != 0 {
 		// A clock stepped back counts as the last action's instant: the
 		// window never slides backwards, timestamps stay sorted.
-		at = max(at, s.last)
+		at = max(at, s.last())
 	}
 	p, lim, mi := int64(r.Period), r.Limit, int64(r.MinInterval)
 	k := s.firstAfter(at - p)
 	n := int64(s.n) - int64(k)
 	ask := max(hits, 1) // a peek answers as a check of one hit would
-	d := limit.Decision{Allowed: ask <= lim-n && (s.idleAt == 0 || at-s.last >= mi)}
+	d := limit.Decision{Allowed: ask <= lim-n && (s.idleAt == 0 || at-s.last() >= mi)}
 	if hits > 0 && (d.Allowed || r.Behavior.Has(limit.CountRejected)) {
 		s.record(at, min(hits, lim), k, int(max(lim, n)), max(p, mi))
 		k, n = 0, int64(s.n)
@@ -68,7 +75,7 @@ func (s *logState) take(now int64, r limit.Rule, hits int64) limit.Decision {
 func (s *logState) record(t int64, h int64, k, bound int, idleAfter int64) {
 	s.drop(k)
 	s.push(t, int(h), bound)
-	s.last, s.idleAt = t, t+idleAfter
+	s.idleAt = t + idleAfter
 }
 
 // retryAt returns the first instant at which a check of lim−need hits
@@ -83,7 +90,7 @@ func (s *logState) retryAt(at int64, k int, n, p, need, mi int64) int64 {
 		t = max(t, s.at(k+int(n-need)-1)+p)
 	}
 	if s.idleAt != 0 {
-		t = max(t, s.last+mi)
+		t = max(t, s.last()+mi)
 		t = min(t, s.idleAt)
 	}
 	return t
@@ -92,7 +99,7 @@ func (s *logState) retryAt(at int64, k int, n, p, need, mi int64) int64 {
 // clear makes s a fresh key.
 func (s *logState) clear() {
 	s.reset()
-	s.last, s.idleAt = 0, 0
+	s.idleAt = 0
 }
 
 // idle reports whether s has been equivalent to a fresh key since
