@@ -209,6 +209,9 @@ func summarizeAccuracy(b *strings.Builder, r *result) {
 			a.BoundHits, a.OverAdmittedPct, a.ExpectedHits, a.UnderAdmittedPct, a.MaxInPeriod, extra)
 	}
 	p("  total over %.2f%%, under %.2f%%", *r.OverAdmittedPct, *r.UnderAdmittedPct)
+	p("  expected = an exact limiter replayed at the send times (SLIDING_WINDOW: the exact sliding log); the server decides")
+	p("  up to one round trip later, so under%% includes that jitter. max/period = most hits admitted to one key within")
+	p("  one period, by send times: it can exceed an exact limit by that jitter; span violations count only certain ones.")
 	for _, a := range r.Accuracy {
 		p("  bound %-15s %s; span = first send → last answer", a.Algorithm, a.BoundFormula)
 	}

@@ -26,7 +26,7 @@ const (
 	accuracyLimit       = 10
 	accuracyKeys        = 8
 	accuracyDuration    = 4 * time.Second // per algorithm
-	accuracyPace        = 5               // attempts per key, as a multiple of the limit's rate
+	accuracyPace        = 5.3             // attempts per key, as a multiple of the limit's rate (see accuracyRate)
 	maxAccuracyKeys     = 1000            // one goroutine per key
 	maxAccuracyAttempts = 20_000_000      // recorded attempts, 40 bytes each
 )
@@ -58,6 +58,7 @@ type config struct {
 	seed       uint64
 
 	json, quiet bool
+	cpuProfile  string // write the tool's own CPU profile here
 }
 
 // errFlagParse marks an error the flag package has already printed.
@@ -87,7 +88,7 @@ func newFlagSet(out io.Writer, c *config, r *rawFlags) *flag.FlagSet {
 	fs.DurationVar(&c.duration, "duration", 10*time.Second, "length of the run (accuracy: per algorithm, default 4s)")
 	fs.IntVar(&c.concurrency, "concurrency", 32, "workers, each with one call in flight (throughput mode)")
 	fs.IntVar(&c.batch, "batch", 100, "checks per GetRateLimits call (throughput mode)")
-	fs.Float64Var(&c.rate, "rate", 0, "open loop: checks/s on a fixed schedule (0 = closed loop); accuracy: total attempts/s (default 5× limit per key)")
+	fs.Float64Var(&c.rate, "rate", 0, "open loop: checks/s on a fixed schedule (0 = closed loop); accuracy: total attempts/s (default 5.3× the limit's rate per key)")
 	fs.IntVar(&c.conns, "conns", 1, "gRPC connections per target")
 	fs.DurationVar(&c.rpcTimeout, "rpc-timeout", 2*time.Second, "deadline of one call")
 	fs.IntVar(&c.keys, "keys", 100_000, "distinct keys (accuracy: default 8)")
@@ -101,6 +102,7 @@ func newFlagSet(out io.Writer, c *config, r *rawFlags) *flag.FlagSet {
 	fs.Uint64Var(&c.seed, "seed", 0, "random seed of the key streams and run id (0 = from the clock)")
 	fs.BoolVar(&c.json, "json", false, "write one JSON object to stdout instead of the summary")
 	fs.BoolVar(&c.quiet, "quiet", false, "no progress lines on stderr")
+	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write the tool's own CPU profile to this `file` (is the client the bottleneck?)")
 	return fs
 }
 
@@ -269,7 +271,11 @@ func (c *config) validateAccuracy(bad func(string, ...any)) {
 }
 
 // accuracyRate returns the attempts per second of an accuracy run over
-// all keys: --rate, else accuracyPace × the limit's rate per key.
+// all keys: --rate, else accuracyPace × the limit's rate per key. The pace
+// is well above the limit, so that every key is limited all the time, and
+// not a whole multiple of it, so that attempts do not keep landing exactly
+// on the instant a hit becomes admissible, where the few hundred
+// microseconds between send and decision would decide each time.
 func (c *config) accuracyRate() float64 {
 	if c.rate > 0 {
 		return c.rate

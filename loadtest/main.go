@@ -32,7 +32,7 @@
 // process_cpu_seconds_total, scraped before and after the run, divided by
 // the checks answered.
 //
-// --mode accuracy sends single checks for a few keys at a known pace (5×
+// --mode accuracy sends single checks for a few keys at a known pace (5.3×
 // the limit per key), round-robin over every target so that most checks
 // are forwarded, records the client's send and answer times, and compares
 // the hits each key got admitted with the exact bound of the algorithm
@@ -57,6 +57,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"syscall"
 )
 
@@ -86,7 +87,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		return exitUsage
 	}
+	stopProfile, err := startProfile(cfg.cpuProfile)
+	if err != nil {
+		fmt.Fprintf(stderr, "loadtest: %v\n", err)
+		return exitFail
+	}
 	rep, err := execute(ctx, cfg, stderr)
+	stopProfile()
 	if err != nil {
 		fmt.Fprintf(stderr, "loadtest: %v\n", err)
 		return exitFail
@@ -104,4 +111,24 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitFail
 	}
 	return exitOK
+}
+
+// startProfile starts a CPU profile of this process into path (none when
+// path is empty) and returns the function that stops it.
+func startProfile(path string) (stop func(), err error) {
+	if path == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}, nil
 }

@@ -73,6 +73,7 @@ type openLoopStats struct {
 	Scheduled             int64   `json:"scheduled_calls"`
 	Unsent                int64   `json:"unsent_calls"` // due before the end, never sent
 	Late                  int64   `json:"late_sends"`   // sent > 1 ms after due
+	LateWakeups           int64   `json:"late_wakeups"` // of which a worker woke > 1 ms late: client CPU
 	MaxLagMS              float64 `json:"max_lag_ms"`
 	FellBehind            bool    `json:"fell_behind"`
 }
@@ -101,7 +102,7 @@ func newResult(cfg *config, rule limit.Rule, ts []*target, col *collector, cpu c
 	}
 	r.setCounts(col)
 	r.setCPU(cpu)
-	if r.Loop == "closed" && cfg.mode == modeThroughput {
+	if cfg.mode == modeThroughput && cfg.rate == 0 {
 		r.note("closed loop: latency is send → answer and excludes queueing in the tool; use --rate for latency under a fixed offered load")
 	}
 	return r
@@ -140,20 +141,31 @@ func (r *result) setCPU(cpu cpuDelta) {
 	}
 }
 
-// setOpenLoop records how well an open-loop schedule was kept.
+// setOpenLoop records how well an open-loop schedule was kept, and why
+// not: calls that found every worker busy were queued by slow answers
+// (the latency from the schedule includes that wait); workers that woke
+// late were starved of CPU on this machine.
 func (r *result) setOpenLoop(rate float64, scheduled int64, col *collector) {
 	t := &col.tally
 	r.Loop, r.LatencyFrom = "open", "schedule"
 	ol := &openLoopStats{
-		TargetChecksPerSecond: rate, Scheduled: scheduled, Late: t.late,
+		TargetChecksPerSecond: rate, Scheduled: scheduled, Late: t.late, LateWakeups: t.lateWakeups,
 		Unsent:   max(scheduled-t.rpcs-t.abandoned, 0),
 		MaxLagMS: float64(t.maxLag) / 1e6,
 	}
-	ol.FellBehind = ol.Unsent > 0 || float64(ol.Late) > 0.01*float64(scheduled)
+	significant := func(n int64) bool { return float64(n) > 0.01*float64(scheduled) }
+	ol.FellBehind = ol.Unsent > 0 || significant(ol.Late)
 	r.OpenLoop = ol
-	if ol.FellBehind {
-		r.note(fmt.Sprintf("open loop fell behind: %d of %d calls sent late (max %.1f ms), %d never sent; latency counts from the schedule, so it includes that queue (if the tool is the limit, raise --concurrency)",
-			ol.Late, scheduled, ol.MaxLagMS, ol.Unsent))
+	if !ol.FellBehind {
+		return
+	}
+	r.note(fmt.Sprintf("open loop fell behind: %d of %d calls left more than 1 ms late (max %.1f ms), %d never left; latency counts from the schedule, so it includes that delay",
+		ol.Late, scheduled, ol.MaxLagMS, ol.Unsent))
+	if significant(ol.LateWakeups) {
+		r.note(fmt.Sprintf("%d sends were late because the tool woke late: this machine's CPU, not only the server, limits the offered rate", ol.LateWakeups))
+	}
+	if significant(ol.Late - ol.LateWakeups) {
+		r.note(fmt.Sprintf("%d calls fell due while all %d workers waited for answers: raise --concurrency to keep offering the rate", ol.Late-ol.LateWakeups, r.Concurrency))
 	}
 }
 
@@ -213,8 +225,8 @@ func summarize(b *strings.Builder, r *result) {
 		p("server CPU  %.3f µs/check (%.2f cores, all servers)", *r.ServerCPUMicrosPerCheck, *r.ServerCPUCores)
 	}
 	if ol := r.OpenLoop; ol != nil {
-		p("schedule    %.0f checks/s offered: %d calls due, %d late (>1ms), %d never sent, max lag %.2fms",
-			ol.TargetChecksPerSecond, ol.Scheduled, ol.Late, ol.Unsent, ol.MaxLagMS)
+		p("schedule    %.0f checks/s offered: %d calls due, %d late >1ms (%d woke late), %d never sent, max lag %.2fms",
+			ol.TargetChecksPerSecond, ol.Scheduled, ol.Late, ol.LateWakeups, ol.Unsent, ol.MaxLagMS)
 	}
 	if r.RatioToCeiling != nil {
 		p("ceiling     %.0f checks/s in-process → this run is %.2f× the transport ceiling", r.Calibration.ChecksPerSecond, *r.RatioToCeiling)

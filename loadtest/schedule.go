@@ -82,7 +82,8 @@ type call func(ctx context.Context) outcome
 // as a server error.
 func drive(ctx context.Context, s schedule, do call, rec *shard) {
 	for ctx.Err() == nil {
-		at, ok := s.claim(time.Now())
+		claimed := time.Now()
+		at, ok := s.claim(claimed)
 		if !ok || !sleepUntil(ctx, at) {
 			return
 		}
@@ -97,8 +98,22 @@ func drive(ctx context.Context, s schedule, do call, rec *shard) {
 		if s.open() {
 			from = at
 		}
-		rec.record(done.Sub(from), start.Sub(at), out)
+		// lag = the wait for a free worker (claimed after due) + the
+		// oversleep of this one (woke after due or after claiming).
+		rec.record(done.Sub(from), delays{lag: start.Sub(at), oversleep: start.Sub(latest(at, claimed))}, out)
 	}
+}
+
+// delays says how late a call left: lag after its due time, of which
+// oversleep after the worker should have sent it (timer and scheduler
+// delay: the tool's or the machine's CPU, not the server).
+type delays struct{ lag, oversleep time.Duration }
+
+func latest(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // sleepUntil waits until t; false if ctx ended first.
@@ -120,7 +135,7 @@ func sleepUntil(ctx context.Context, t time.Time) bool {
 // tally counts what calls did.
 type tally struct {
 	rpcs, checks, admitted, rejected int64
-	late, abandoned                  int64
+	late, lateWakeups, abandoned     int64
 	maxLag                           time.Duration
 	errors                           map[string]int64
 }
@@ -131,6 +146,7 @@ func (t *tally) add(o *tally) {
 	t.admitted += o.admitted
 	t.rejected += o.rejected
 	t.late += o.late
+	t.lateWakeups += o.lateWakeups
 	t.abandoned += o.abandoned
 	t.maxLag = max(t.maxLag, o.maxLag)
 	for k, v := range o.errors {
@@ -162,7 +178,7 @@ type shard struct {
 
 func newShard() *shard { return &shard{hist: newHistogram()} }
 
-func (s *shard) record(latency, lag time.Duration, o outcome) {
+func (s *shard) record(latency time.Duration, d delays, o outcome) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.t.rpcs++
@@ -177,10 +193,13 @@ func (s *shard) record(latency, lag time.Duration, o outcome) {
 			s.t.countError(k, v)
 		}
 	}
-	if lag > lateAfter {
+	if d.lag > lateAfter {
 		s.t.late++
 	}
-	s.t.maxLag = max(s.t.maxLag, lag)
+	if d.oversleep > lateAfter {
+		s.t.lateWakeups++
+	}
+	s.t.maxLag = max(s.t.maxLag, d.lag)
 }
 
 func (s *shard) abandon() {
