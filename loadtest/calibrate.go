@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"time"
 
 	"github.com/shardlimiter/shardlimiter/limit"
 	"github.com/shardlimiter/shardlimiter/transport"
@@ -43,12 +44,21 @@ func calibrate(ctx context.Context, cfg *config, stderr io.Writer) (*result, err
 	return res, nil
 }
 
-// admitAll answers every check UNDER_LIMIT with its limit remaining.
+// calibrationOwner names the calibration server in its answers.
+const calibrationOwner = "calibration"
+
+// admitAll answers every check UNDER_LIMIT. The answers have the shape of a
+// real server's (remaining, reset time, owner metadata), so that the
+// client decodes as much per check as it does against a cluster; only the
+// deciding is left out.
 func admitAll(_ context.Context, checks []limit.Check) ([]limit.Result, error) {
+	now := time.Now().UnixNano()
 	res := make([]limit.Result, len(checks))
 	for i := range checks {
-		res[i].Allowed = true
-		res[i].Remaining = checks[i].Rule.Limit
+		res[i] = limit.Result{
+			Decision: limit.Decision{Allowed: true, Remaining: checks[i].Rule.Limit - checks[i].Hits, ResetAt: now + int64(checks[i].Rule.Period)},
+			Owner:    calibrationOwner,
+		}
 	}
 	return res, nil
 }

@@ -33,7 +33,7 @@ func execute(ctx context.Context, cfg *config, stderr io.Writer) (*result, error
 		if cal, err = calibrate(ctx, cfg, stderr); err != nil {
 			return nil, fmt.Errorf("calibrate: %w", err)
 		}
-		if len(cfg.targets) == 0 && cfg.local == 0 {
+		if len(cfg.targets) == 0 && cfg.local == 0 || ctx.Err() != nil {
 			return cal, nil
 		}
 	}
