@@ -1,0 +1,97 @@
+package limit
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestRuleValidate(t *testing.T) {
+	t.Parallel()
+	ok := Rule{Limit: 10, Period: time.Second}
+	cases := []struct {
+		name string
+		mod  func(*Rule)
+		want string // "" = valid
+	}{
+		{"valid", func(*Rule) {}, ""},
+		{"every algorithm", func(r *Rule) { r.Algorithm = SlidingLog }, ""},
+		{"unknown algorithm", func(r *Rule) { r.Algorithm = 5 }, "unknown algorithm 5"},
+		{"zero limit", func(r *Rule) { r.Limit = 0 }, "limit must be > 0"},
+		{"huge limit", func(r *Rule) { r.Limit = MaxLimit + 1 }, "limit must be <="},
+		{"zero period", func(r *Rule) { r.Period = 0 }, "duration_ms must be > 0"},
+		{"huge period", func(r *Rule) { r.Period = MaxPeriod + time.Millisecond }, "duration_ms must be <="},
+		{"negative burst", func(r *Rule) { r.Burst = -1 }, "burst must be >= 0"},
+		{"burst on a window", func(r *Rule) { r.Algorithm = FixedWindow; r.Burst = 3 }, "burst applies to TOKEN_BUCKET and LEAKY_BUCKET only"},
+		{"burst on leaky", func(r *Rule) { r.Algorithm = LeakyBucket; r.Burst = 3 }, ""},
+		{"warmup on leaky", func(r *Rule) { r.Algorithm = LeakyBucket; r.Warmup = time.Second }, "warmup_ms applies to TOKEN_BUCKET only"},
+		{"negative warmup", func(r *Rule) { r.Warmup = -time.Millisecond }, "warmup_ms must be >= 0"},
+		{"min interval on a bucket", func(r *Rule) { r.MinInterval = time.Second }, "min_interval_ms applies to SLIDING_LOG only"},
+		{"min interval on the log", func(r *Rule) { r.Algorithm = SlidingLog; r.MinInterval = time.Second }, ""},
+		{"log limit too large", func(r *Rule) { r.Algorithm = SlidingLog; r.Limit = MaxLogLimit + 1 }, "SLIDING_LOG limit must be <="},
+		{"unknown behavior", func(r *Rule) { r.Behavior = 8 }, "unknown behavior flags 0x8"},
+		{"refill too long", func(r *Rule) { r.Limit = 1; r.Burst = MaxLimit; r.Period = MaxPeriod }, "to refill"},
+	}
+	for _, tc := range cases {
+		r := ok
+		tc.mod(&r)
+		err := r.Validate()
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%s: Validate(%+v) = %v, want nil", tc.name, r, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("%s: Validate(%+v) = %v, want %q", tc.name, r, err, tc.want)
+		}
+	}
+}
+
+func TestCheckValidate(t *testing.T) {
+	t.Parallel()
+	ok := Check{Name: "api", Key: "account:42", Hits: 1, Rule: Rule{Limit: 1, Period: time.Second}}
+	cases := []struct {
+		mod  func(*Check)
+		want string
+	}{
+		{func(c *Check) { c.Name = "" }, "name is empty"},
+		{func(c *Check) { c.Name = strings.Repeat("n", MaxNameLen+1) }, "name is 129 bytes"},
+		{func(c *Check) { c.Name = "\xff" }, "not valid UTF-8"},
+		{func(c *Check) { c.Key = "" }, "unique_key is empty"},
+		{func(c *Check) { c.Key = strings.Repeat("k", MaxKeyLen+1) }, "unique_key is 1025 bytes"},
+		{func(c *Check) { c.Hits = -1 }, "hits must be >= 0"},
+		{func(c *Check) { c.Hits = MaxHits + 1 }, "hits must be <="},
+		{func(c *Check) { c.Rule.Limit = 0 }, "limit must be > 0"},
+	}
+	if err := ok.Validate(); err != nil {
+		t.Fatalf("Validate(%+v) = %v", ok, err)
+	}
+	for _, tc := range cases {
+		c := ok
+		tc.mod(&c)
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Validate(%+v) = %v, want %q", c, err, tc.want)
+		}
+	}
+}
+
+func TestNamesAndFlags(t *testing.T) {
+	t.Parallel()
+	if got := SlidingWindow.String(); got != "SLIDING_WINDOW" {
+		t.Errorf("SlidingWindow.String() = %q", got)
+	}
+	if got := Algorithm(9).String(); got != "ALGORITHM(9)" {
+		t.Errorf("Algorithm(9).String() = %q", got)
+	}
+	if b := Reset | CountRejected; !b.Has(Reset) || !b.Has(CountRejected) || Reset.Has(CountRejected) {
+		t.Errorf("Behavior.Has is wrong for %v", b)
+	}
+	if Unavailable.String() != "unavailable" || Reason(99).String() != "internal" {
+		t.Errorf("Reason names: %q %q", Unavailable, Reason(99))
+	}
+	if r := Failed(Invalid, errString("bad")); r.Error != "bad" || r.Reason != Invalid || r.Allowed {
+		t.Errorf("Failed = %+v", r)
+	}
+}
+
+type errString string
+
+func (e errString) Error() string { return string(e) }
