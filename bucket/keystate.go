@@ -85,7 +85,7 @@ func (k *keyTable) Evicted() uint64 { return k.t.Evicted() }
 func (k *keyTable) take(key string, now int64, p rate, hits int64, b limit.Behavior) verdict {
 	id := p.id()
 	for {
-		e := k.t.Get(key, now)
+		e := k.t.Lookup(key, now, hits > 0)
 		v, st := takeWord(e, id, p, now, hits, b)
 		if st == mismatch {
 			v, st = takeAdopting(e, id, p, now, hits, b)

@@ -42,7 +42,9 @@ func (b *refBucket) Take(key string, now int64, r limit.Rule, hits int64) limit.
 	k := b.keys[key]
 	if k == nil {
 		k = &refKey{}
-		b.keys[key] = k
+		if hits > 0 { // a peek at an unknown key stores nothing
+			b.keys[key] = k
+		}
 	}
 	p, warm := tokenRate(r), r.Warmup > 0
 	if b.leaky {

@@ -108,7 +108,7 @@ func idleCold(tat int64, stored, maxp float64, p rate, now int64) bool {
 func (k *keyTable) takeWarm(key string, now int64, w warmRate, hits int64, b limit.Behavior) verdict {
 	id := w.id() | warmMode
 	for {
-		e := k.t.Get(key, now)
+		e := k.t.Lookup(key, now, hits > 0)
 		if v, ok := takeWarmLocked(e, id, w, now, hits, b); ok {
 			return v
 		}

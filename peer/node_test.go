@@ -177,3 +177,27 @@ func TestClusterAdmitsExactlyTheLimit(t *testing.T) {
 		}
 	}
 }
+
+// TestPeeksDoNotFillTables: a flood of peeks at unknown keys must neither
+// grow the tables nor evict keys in use.
+func TestPeeksDoNotFillTables(t *testing.T) {
+	t.Parallel()
+	n, _ := newSingle(t)
+	for _, a := range limit.Algorithms() {
+		var batch []limit.Check
+		for i := range 200 {
+			batch = append(batch, limit.Check{Name: "peek", Key: fmt.Sprint("unknown:", i), Hits: 0, Rule: rule(a, 5, time.Minute)})
+		}
+		res, _ := n.Check(context.Background(), batch)
+		want := int64(5)
+		if a == limit.LeakyBucket {
+			want = 1 // burst 0: strict spacing, room for the one slot
+		}
+		if res[0].Remaining != want || res[0].Error != "" {
+			t.Fatalf("%v: peek at an unknown key = %+v, want %d remaining", a, res[0], want)
+		}
+		if l := n.limiters[a].Len(); l != 0 {
+			t.Errorf("%v: %d keys held after peeks only, want 0", a, l)
+		}
+	}
+}

@@ -195,6 +195,25 @@ func (t *Table[S]) Get(key string, now int64) *Entry[S] {
 	return t.insert(sh, key, now)
 }
 
+// Lookup returns the live entry for key like Get when insert is true.
+// When insert is false an absent key is not inserted: a detached zero entry
+// (a fresh key's state, in no map) stands in for it. Algorithms use this
+// for peeks, which change nothing, so that a flood of peeks at unknown keys
+// neither fills the table nor evicts the keys that are really in use.
+func (t *Table[S]) Lookup(key string, now int64, insert bool) *Entry[S] {
+	if insert {
+		return t.Get(key, now)
+	}
+	sh := t.shardOf(key)
+	sh.mu.RLock()
+	e := sh.m[key]
+	sh.mu.RUnlock()
+	if e != nil && !e.Dead() {
+		return e
+	}
+	return &Entry[S]{}
+}
+
 // insert is Get's slow path: the key is absent, or mapped to a retired
 // entry that a sweep has not unlinked yet.
 func (t *Table[S]) insert(sh *shard[S], key string, now int64) *Entry[S] {

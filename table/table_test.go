@@ -249,3 +249,24 @@ func TestGetAllocatesNothingForExistingKey(t *testing.T) {
 		t.Fatalf("UpdateWord on an existing key allocates %v times, want 0", allocs)
 	}
 }
+
+func TestLookupWithoutInsertLeavesTableAlone(t *testing.T) {
+	t.Parallel()
+	tb := New(Config{MaxKeys: 4, Shards: 1}, retireZero)
+	add(tb, "real", 1, 3)
+	for i := range 100 {
+		e := tb.Lookup(fmt.Sprint("peek", i), 2, false)
+		if e.Word.Load() != 0 {
+			t.Fatalf("Lookup(absent) word = %d, want a fresh 0", e.Word.Load())
+		}
+	}
+	if tb.Len() != 1 || tb.Evicted() != 0 {
+		t.Fatalf("after 100 peeks: Len %d Evicted %d, want 1 0", tb.Len(), tb.Evicted())
+	}
+	if e := tb.Lookup("real", 3, false); e.Word.Load() != 3 {
+		t.Fatalf("Lookup(present) word = %d, want 3", e.Word.Load())
+	}
+	if tb.Lookup("new", 4, true); tb.Len() != 2 {
+		t.Fatalf("Lookup(insert) did not insert: Len %d", tb.Len())
+	}
+}

@@ -111,7 +111,7 @@ func NewFixed(cfg table.Config) *Fixed {
 // Take applies hits to key under r at now (Unix ns). r must be valid.
 func (f *Fixed) Take(key string, now int64, r limit.Rule, hits int64) limit.Decision {
 	for {
-		e := f.t.Get(key, now)
+		e := f.t.Lookup(key, now, hits > 0)
 		for w := e.Word.Load(); w != table.Dead && w != wideWord; w = e.Word.Load() {
 			c, d := decideFixed(unpackFixed(w), now, r, hits)
 			nw, ok := packFixed(c)

@@ -125,7 +125,16 @@ func retireLog(e *table.Entry[logState], now int64) bool {
 
 // Take applies hits to key under r at now (Unix ns). r must be valid.
 func (l *Log) Take(key string, now int64, r limit.Rule, hits int64) limit.Decision {
-	return table.UpdateLocked(l.t, key, now, func(s *logState) limit.Decision { return s.take(now, r, hits) })
+	for {
+		e := l.t.Lookup(key, now, hits > 0)
+		e.Mu.Lock()
+		if !e.Dead() {
+			d := e.State.take(now, r, hits)
+			e.Mu.Unlock()
+			return d
+		}
+		e.Mu.Unlock()
+	}
 }
 
 // Sweep retires up to about budget keys that have been idle for at least a

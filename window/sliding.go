@@ -134,7 +134,7 @@ func NewSliding(cfg table.Config) *Sliding {
 // Take applies hits to key under r at now (Unix ns). r must be valid.
 func (s *Sliding) Take(key string, now int64, r limit.Rule, hits int64) limit.Decision {
 	for {
-		e := s.t.Get(key, now)
+		e := s.t.Lookup(key, now, hits > 0)
 		for w := e.Word.Load(); w != table.Dead && w != wideWord; w = e.Word.Load() {
 			c, d := decideSliding(unpackSliding(w), now, r, hits)
 			nw, ok := packSliding(c)
