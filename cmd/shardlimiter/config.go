@@ -34,6 +34,7 @@ type config struct {
 	failPolicy    peer.FailPolicy
 	shutdownGrace time.Duration
 	peerTimeout   time.Duration
+	pprof         bool
 }
 
 // envName returns the environment variable that also sets flag name.
@@ -63,6 +64,9 @@ func newFlagSet(name string, out io.Writer) (*flag.FlagSet, map[string]*string) 
 	def("fail-policy", "local", "when a key's owner is unreachable: local (decide here), open (admit) or closed (item error)")
 	def("shutdown-grace", "5s", "on SIGTERM: how long to keep answering after leaving the cluster, while peers re-route")
 	def("peer-timeout", "1s", "deadline of one forwarding RPC to a peer")
+	pprof := boolString("false")
+	raw["pprof"] = (*string)(&pprof)
+	fs.Var(&pprof, "pprof", "serve Go profiles at /debug/pprof/ on the HTTP address, for operators profiling a node (env "+envName("pprof")+")")
 	fs.Usage = func() {
 		fmt.Fprintf(out, "Usage: %s [flags]\n       %s check [flags]   (a one-off check against a server; see %s check -h)\n\nEvery flag can also be set by its environment variable.\n\nFlags:\n", name, name, name)
 		fs.PrintDefaults()
@@ -140,6 +144,9 @@ func validate(raw map[string]*string) (config, error) {
 	if c.peerTimeout, err = time.ParseDuration(*raw["peer-timeout"]); err != nil || c.peerTimeout <= 0 {
 		bad("peer-timeout", "want a positive duration like 1s, got %q", *raw["peer-timeout"])
 	}
+	if c.pprof, err = strconv.ParseBool(*raw["pprof"]); err != nil {
+		bad("pprof", "want true or false, got %q", *raw["pprof"])
+	}
 	return c, errors.Join(errs...)
 }
 
@@ -180,3 +187,11 @@ func defaultNodeName(host string, gossipPort int) string {
 	}
 	return fmt.Sprintf("%s-%s-%d", h, host, gossipPort)
 }
+
+// boolString is a boolean flag (--pprof alone means true) kept as a string
+// so that it is validated with the environment like every other flag.
+type boolString string
+
+func (b *boolString) String() string     { return string(*b) }
+func (b *boolString) Set(v string) error { *b = boolString(v); return nil }
+func (b *boolString) IsBoolFlag() bool   { return true }

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"strconv"
 	"sync"
 	"time"
@@ -101,15 +102,19 @@ func newServer(cfg config, log *slog.Logger) (s *server, err error) {
 		MaxBatch: cfg.maxBatch,
 		Metrics:  tm,
 	})
+	var handler http.Handler = transport.NewHTTPHandler(transport.HTTPConfig{
+		Checker:   s.node,
+		MaxBatch:  cfg.maxBatch,
+		Ready:     s.node.Ready,
+		Cluster:   func() any { return s.node.Cluster() },
+		Metrics:   promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
+		Telemetry: tm,
+	})
+	if cfg.pprof {
+		handler = withPprof(handler)
+	}
 	s.http = &http.Server{
-		Handler: transport.NewHTTPHandler(transport.HTTPConfig{
-			Checker:   s.node,
-			MaxBatch:  cfg.maxBatch,
-			Ready:     s.node.Ready,
-			Cluster:   func() any { return s.node.Cluster() },
-			Metrics:   promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
-			Telemetry: tm,
-		}),
+		Handler:           handler,
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
@@ -195,4 +200,17 @@ func (s *server) stopServers() {
 		}
 	})
 	wg.Wait()
+}
+
+// withPprof serves the Go profiles under /debug/pprof/ and everything else
+// with h.
+func withPprof(h http.Handler) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	mux.Handle("/", h)
+	return mux
 }

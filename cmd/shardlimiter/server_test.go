@@ -274,3 +274,21 @@ func TestCheckSubcommand(t *testing.T) {
 		t.Fatalf("check with a bad algorithm: exit %d\n%s", code, out)
 	}
 }
+
+func TestPprofOnlyWhenAsked(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args []string
+		want int
+	}{{nil, http.StatusNotFound}, {[]string{"--pprof"}, http.StatusOK}} {
+		s := serve(t, tc.args...)
+		resp, err := http.Get("http://" + s.http + "/debug/pprof/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != tc.want {
+			t.Errorf("%v: GET /debug/pprof/ = %d, want %d", tc.args, resp.StatusCode, tc.want)
+		}
+	}
+}
