@@ -31,7 +31,8 @@ type GRPCConfig struct {
 	// Metrics records every call; nil records nothing.
 	Metrics *Metrics
 	// ServerOptions are passed to grpc.NewServer (credentials, keepalive,
-	// interceptors, message size limits).
+	// interceptors, message size limits). A codec option has no effect: the
+	// server uses its own, which speaks standard proto.
 	ServerOptions []grpc.ServerOption
 }
 
@@ -56,7 +57,7 @@ const (
 func NewGRPCServer(cfg GRPCConfig) *GRPCServer {
 	watching, stopWatches := context.WithCancel(context.Background())
 	s := &GRPCServer{
-		srv:         grpc.NewServer(cfg.ServerOptions...),
+		srv:         grpc.NewServer(serverOptions(cfg)...),
 		health:      health.NewServer(),
 		stopWatches: stopWatches,
 	}
@@ -70,6 +71,13 @@ func NewGRPCServer(cfg GRPCConfig) *GRPCServer {
 	reflection.Register(s.srv)
 	s.SetServing(false)
 	return s
+}
+
+// serverOptions are cfg's options followed by the codec, which must win:
+// the services hand it messages it encodes by hand (see codec.go).
+func serverOptions(cfg GRPCConfig) []grpc.ServerOption {
+	opts := append([]grpc.ServerOption(nil), cfg.ServerOptions...)
+	return append(opts, grpc.ForceServerCodecV2(newServerCodec()))
 }
 
 func newBatchHandler(c Checker, cfg GRPCConfig) *batchHandler {
