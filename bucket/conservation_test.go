@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shardlimiter/shardlimiter/internal/wide"
 	"github.com/shardlimiter/shardlimiter/limit"
 )
 
@@ -34,7 +35,7 @@ var conservedCases = []conserved{
 
 // withinBound reports admitted ≤ capacity + span×limit/period, exactly.
 func withinBound(admitted int64, c conserved, span int64) bool {
-	return admitted <= c.capacity || mulLE(admitted-c.capacity, int64(c.rule.Period), span, c.rule.Limit)
+	return admitted <= c.capacity || wide.MulLE(admitted-c.capacity, int64(c.rule.Period), span, c.rule.Limit)
 }
 
 // TestConservationUnderConcurrency hammers one key from many goroutines

@@ -4,6 +4,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/shardlimiter/shardlimiter/internal/wide"
 	"github.com/shardlimiter/shardlimiter/limit"
 )
 
@@ -51,7 +52,7 @@ func (p rate) interval() int64 { return max((p.period+p.limit-1)/p.limit, 1) }
 
 // tau returns the time a full capacity takes to drain: the rule's size in
 // time, used to rescale state across rule changes.
-func (p rate) tau() int64 { return satMul(p.capacity, p.interval()) }
+func (p rate) tau() int64 { return wide.Mul(p.capacity, p.interval()) }
 
 // maxDebt bounds how far ahead of now COUNT_REJECTED may push the
 // theoretical arrival time: one full capacity plus one period. A client
@@ -60,12 +61,12 @@ func (p rate) tau() int64 { return satMul(p.capacity, p.interval()) }
 func (p rate) maxDebt() int64 { return p.tau() + p.period }
 
 // cost returns the time hits take at the rule's rate.
-func (p rate) cost(hits int64) int64 { return satMul(hits, p.interval()) }
+func (p rate) cost(hits int64) int64 { return wide.Mul(hits, p.interval()) }
 
 // fits reports whether hits can be admitted when the state is debt ns
 // ahead of now: debt + hits×interval ≤ capacity×interval.
 func (p rate) fits(debt, hits int64) bool {
-	return hits <= p.capacity && debt <= satMul(p.capacity-hits, p.interval())
+	return hits <= p.capacity && debt <= wide.Mul(p.capacity-hits, p.interval())
 }
 
 // remaining returns how many hits one call could be admitted with when the
@@ -117,7 +118,7 @@ func (p rate) rejected(debt, hits int64) verdict {
 	if hits > p.capacity {
 		return verdict{debt: debt, wait: int64(limit.Never)}
 	}
-	return verdict{debt: debt, wait: debt - satMul(p.capacity-hits, p.interval())}
+	return verdict{debt: debt, wait: debt - wide.Mul(p.capacity-hits, p.interval())}
 }
 
 // decision dresses v, reached at now, as a limit.Decision.
@@ -141,9 +142,9 @@ func rescale(tat, now int64, old, p rate) int64 {
 	if tat <= now {
 		return tat // full under any rule
 	}
-	debt := mulDivCeil(tat-now, p.tau(), old.tau())
+	debt := wide.MulDivCeil(tat-now, p.tau(), old.tau())
 	if p.shaping && debt != math.MaxInt64 {
-		debt = mulDivCeil(debt, old.capacity, p.capacity)
+		debt = wide.MulDivCeil(debt, old.capacity, p.capacity)
 	}
 	// A saturated product stands for a debt beyond any cap.
 	return now + min(debt, p.maxDebt())

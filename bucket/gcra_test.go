@@ -2,7 +2,6 @@ package bucket
 
 import (
 	"fmt"
-	"math"
 	"testing"
 	"time"
 
@@ -159,30 +158,4 @@ func TestTokenBucketSteps(t *testing.T) {
 			{at: 19500 * ms, hits: 1, want: no(0, 21*sec, 600*ms)},
 		}},
 	})
-}
-
-func TestMulDiv(t *testing.T) {
-	t.Parallel()
-	for _, c := range []struct {
-		a, b, c     int64
-		floor, ceil int64
-	}{
-		{7, 3, 2, 10, 11},
-		{0, 5, 3, 0, 0},
-		{1_000_000_000, int64(366 * 24 * time.Hour), 1, math.MaxInt64, math.MaxInt64},
-		{1 << 62, 1 << 40, 1 << 45, 1 << 57, 1 << 57},
-		{1 << 62, 3, 1 << 1, 3 << 61, 3 << 61},
-		{math.MaxInt64, 2, 1, math.MaxInt64, math.MaxInt64},
-		{math.MaxInt64, 1, 1, math.MaxInt64, math.MaxInt64},
-	} {
-		if got := mulDivFloor(c.a, c.b, c.c); got != c.floor {
-			t.Errorf("mulDivFloor(%d, %d, %d) = %d, want %d", c.a, c.b, c.c, got, c.floor)
-		}
-		if got := mulDivCeil(c.a, c.b, c.c); got != c.ceil {
-			t.Errorf("mulDivCeil(%d, %d, %d) = %d, want %d", c.a, c.b, c.c, got, c.ceil)
-		}
-	}
-	if !mulLE(1<<62, 1<<40, 1<<41, 1<<61) || mulLE(1<<62, 1<<40+1, 1<<41, 1<<61) {
-		t.Errorf("mulLE is wrong at 2^102")
-	}
 }

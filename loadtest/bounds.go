@@ -1,9 +1,7 @@
 package main
 
 import (
-	"math"
-	"math/bits"
-
+	"github.com/shardlimiter/shardlimiter/internal/wide"
 	"github.com/shardlimiter/shardlimiter/limit"
 )
 
@@ -38,13 +36,13 @@ func bound(r limit.Rule, a, b int64) int64 {
 	p, l, d := int64(r.Period), r.Limit, max(b-a, 0)
 	switch r.Algorithm {
 	case limit.TokenBucket:
-		return satAdd(r.Capacity(), mulDivFloor(d, l, p))
+		return wide.Add(r.Capacity(), wide.MulDivFloor(d, l, p))
 	case limit.LeakyBucket:
-		return satAdd(r.Burst+1, mulDivFloor(d, l, p))
+		return wide.Add(r.Burst+1, wide.MulDivFloor(d, l, p))
 	case limit.FixedWindow, limit.SlidingWindow:
-		return satMul(l, b/p-a/p+1)
+		return wide.Mul(l, b/p-a/p+1)
 	case limit.SlidingLog:
-		return satMul(l, d/p+1)
+		return wide.Mul(l, d/p+1)
 	}
 	return 0
 }
@@ -90,8 +88,8 @@ func replayGCRA(c int64, r limit.Rule, at []attempt) (n int64) {
 			continue
 		}
 		base := max(tat, x.send)
-		if x.hits <= c && mulLE(base-x.send, l, c-x.hits, p) {
-			tat = base + mulDivCeil(x.hits, p, l)
+		if x.hits <= c && wide.MulLE(base-x.send, l, c-x.hits, p) {
+			tat = base + wide.MulDivCeil(x.hits, p, l)
 			n += x.hits
 		}
 	}
@@ -184,49 +182,4 @@ func spanViolations(r limit.Rule, at []attempt) (n int64) {
 		}
 	}
 	return n
-}
-
-// mulLE reports whether a×b ≤ c×d for non-negative operands, exactly.
-func mulLE(a, b, c, d int64) bool {
-	h1, l1 := bits.Mul64(uint64(a), uint64(b))
-	h2, l2 := bits.Mul64(uint64(c), uint64(d))
-	return h1 < h2 || h1 == h2 && l1 <= l2
-}
-
-// mulDivFloor returns ⌊a×b/c⌋ for non-negative a, b and positive c,
-// saturated at MaxInt64.
-func mulDivFloor(a, b, c int64) int64 {
-	hi, lo := bits.Mul64(uint64(a), uint64(b))
-	if hi >= uint64(c) {
-		return math.MaxInt64
-	}
-	q, _ := bits.Div64(hi, lo, uint64(c))
-	return int64(min(q, math.MaxInt64))
-}
-
-// mulDivCeil returns ⌈a×b/c⌉ under the same conditions.
-func mulDivCeil(a, b, c int64) int64 {
-	hi, lo := bits.Mul64(uint64(a), uint64(b))
-	if hi >= uint64(c) {
-		return math.MaxInt64
-	}
-	q, rem := bits.Div64(hi, lo, uint64(c))
-	if rem != 0 {
-		q++
-	}
-	return int64(min(q, math.MaxInt64))
-}
-
-func satAdd(a, b int64) int64 {
-	if a > math.MaxInt64-b {
-		return math.MaxInt64
-	}
-	return a + b
-}
-
-func satMul(a, b int64) int64 {
-	if b != 0 && a > math.MaxInt64/b {
-		return math.MaxInt64
-	}
-	return a * b
 }

@@ -3,6 +3,7 @@ package window
 import (
 	"time"
 
+	"github.com/shardlimiter/shardlimiter/internal/wide"
 	"github.com/shardlimiter/shardlimiter/limit"
 	"github.com/shardlimiter/shardlimiter/table"
 )
@@ -24,7 +25,7 @@ func decideSliding(c cell, now int64, r limit.Rule, hits int64) (cell, limit.Dec
 	lim, p := r.Limit, int64(r.Period)
 	g := slotExp(p)
 	end, at, prev, cur := c.at(now, p, g)
-	weighted := mulDivCeil(prev, end-at, p) // ≤ prev
+	weighted := wide.MulDivCeil(prev, end-at, p) // ≤ prev
 	before := cur
 	ask := max(hits, 1) // a peek answers as a check of one hit would
 	var d limit.Decision
@@ -66,10 +67,10 @@ func slidingRetryAt(end, at, p, prev, cur, need int64) int64 {
 		if prev == 0 {
 			return at
 		}
-		return end - min(mulDivFloor(need-cur, p, prev), end-at)
+		return end - min(wide.MulDivFloor(need-cur, p, prev), end-at)
 	}
 	// In the next window: cur×(end+p−t) ≤ need×p, with need < cur.
-	return end + p - mulDivFloor(need, p, cur)
+	return end + p - wide.MulDivFloor(need, p, cur)
 }
 
 // Packed SLIDING_WINDOW word, bit 63 always 0:

@@ -1,7 +1,6 @@
 package window
 
 import (
-	"math"
 	"math/bits"
 	"time"
 
@@ -113,28 +112,4 @@ func (c cell) windowEnd(end, p int64) int64 {
 		return lo // expired: any instant before end−p will do
 	}
 	return (lo + p - 1) / p * p
-}
-
-// mulDivFloor returns ⌊a×b/c⌋ for non-negative a, b and positive c,
-// saturated at math.MaxInt64. Counts times periods need up to ~85 bits.
-func mulDivFloor(a, b, c int64) int64 {
-	hi, lo := bits.Mul64(uint64(a), uint64(b))
-	if hi >= uint64(c) {
-		return math.MaxInt64
-	}
-	q, _ := bits.Div64(hi, lo, uint64(c))
-	return int64(min(q, math.MaxInt64))
-}
-
-// mulDivCeil returns ⌈a×b/c⌉ under the same conditions.
-func mulDivCeil(a, b, c int64) int64 {
-	hi, lo := bits.Mul64(uint64(a), uint64(b))
-	if hi >= uint64(c) {
-		return math.MaxInt64
-	}
-	q, r := bits.Div64(hi, lo, uint64(c))
-	if r != 0 {
-		q++
-	}
-	return int64(min(q, math.MaxInt64))
 }

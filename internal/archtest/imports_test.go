@@ -3,6 +3,7 @@
 package archtest
 
 import (
+	"go/ast"
 	"go/parser"
 	"go/token"
 	"os"
@@ -20,16 +21,21 @@ const module = "github.com/shardlimiter/shardlimiter"
 var allowed = map[string][]string{
 	"limit":             {},
 	"table":             {},
-	"bucket":            {"limit", "table"},
-	"window":            {"limit", "table"},
+	"internal/wide":     {},
+	"bucket":            {"limit", "table", "internal/wide"},
+	"window":            {"limit", "table", "internal/wide"},
 	"ring":              {},
 	"transport":         {"limit", "transport/pb"},
 	"transport/pb":      {},
 	"peer":              {"limit", "table", "bucket", "window", "ring", "transport"},
 	"cmd/shardlimiter":  {"*"},
-	"loadtest":          {"limit", "transport"},
+	"loadtest":          {"limit", "transport", "internal/wide"},
 	"internal/archtest": {},
 }
+
+// leaves never read the clock, log or start goroutines (DESIGN.md §2): time
+// is the caller's now, and their callers own every goroutine.
+var leaves = map[string]bool{"limit": true, "table": true, "internal/wide": true, "bucket": true, "window": true, "ring": true}
 
 func TestImportDirection(t *testing.T) {
 	root, err := filepath.Abs("../..")
@@ -72,10 +78,13 @@ func checkFile(t *testing.T, path, pkg string) {
 		t.Errorf("%s: package %q has no entry in the allowed-imports table", path, pkg)
 		return
 	}
-	f, err := parser.ParseFile(token.NewFileSet(), path, nil, parser.ImportsOnly)
+	f, err := parser.ParseFile(token.NewFileSet(), path, nil, 0)
 	if err != nil {
 		t.Errorf("parse %s: %v", path, err)
 		return
+	}
+	if leaves[pkg] {
+		checkLeaf(t, path, f)
 	}
 	for _, imp := range f.Imports {
 		p := strings.Trim(imp.Path.Value, `"`)
@@ -92,4 +101,25 @@ func checkFile(t *testing.T, path, pkg string) {
 func fileExists(p string) bool {
 	_, err := os.Stat(p)
 	return err == nil
+}
+
+// checkLeaf fails on a goroutine, a clock read or a logging import.
+func checkLeaf(t *testing.T, path string, f *ast.File) {
+	t.Helper()
+	for _, imp := range f.Imports {
+		if p := strings.Trim(imp.Path.Value, `"`); p == "log" || p == "log/slog" {
+			t.Errorf("%s: a leaf package imports %s", path, p)
+		}
+	}
+	ast.Inspect(f, func(n ast.Node) bool {
+		switch n := n.(type) {
+		case *ast.GoStmt:
+			t.Errorf("%s: a leaf package starts a goroutine", path)
+		case *ast.SelectorExpr:
+			if x, ok := n.X.(*ast.Ident); ok && x.Name == "time" && (n.Sel.Name == "Now" || n.Sel.Name == "Since" || n.Sel.Name == "Sleep") {
+				t.Errorf("%s: a leaf package calls time.%s: time is the caller's now", path, n.Sel.Name)
+			}
+		}
+		return true
+	})
 }
