@@ -7,13 +7,15 @@ import (
 	"sync/atomic"
 	"time"
 
+	"google.golang.org/grpc"
+
 	"github.com/shardlimiter/shardlimiter/limit"
 	"github.com/shardlimiter/shardlimiter/transport/pb"
 )
 
 // The batcher of PeerClient: how concurrent callers share RPCs.
 //
-// Each Forward call becomes a call (its checks in wire form, its results,
+// Each Forward call becomes a call (its checks encoded for the wire, its results,
 // a done channel) and one segment in pending, the queue of checks accepted
 // but not sent. There are maxInFlight RPC slots. The rule is:
 //
@@ -40,7 +42,10 @@ import (
 
 // call is one Forward: its checks in wire form and their answers.
 type call struct {
-	reqs    []*pb.RateLimitRequest
+	// wire holds the checks encoded as request items; check i is
+	// wire[offs[i]:offs[i+1]], so any run of checks is a slice of it.
+	wire    []byte
+	offs    []int
 	results []limit.Result
 	// left counts checks not yet answered; whoever takes it to zero closes done.
 	left atomic.Int64
@@ -48,23 +53,27 @@ type call struct {
 	err  atomic.Pointer[error] // first failure
 }
 
-// newCall converts checks in the caller's goroutine: the conversion runs in
+// newCall encodes checks in the caller's goroutine: the encoding runs in
 // parallel across callers and the call does not retain the caller's slice.
-func newCall(checks []limit.Check) *call {
+// It fails only for a check proto could not encode either (a string that
+// is not UTF-8).
+func newCall(checks []limit.Check) (*call, error) {
 	n := len(checks)
 	cl := &call{
-		reqs:    make([]*pb.RateLimitRequest, n),
+		offs:    make([]int, n+1),
 		results: make([]limit.Result, n),
 		done:    make(chan struct{}),
 	}
-	msgs := make([]pb.RateLimitRequest, n)
-	for i := range checks {
-		checkToProto(&checks[i], &msgs[i])
-		cl.reqs[i] = &msgs[i]
+	var err error
+	if cl.wire, err = appendChecks(make([]byte, 0, sizeChecks(checks)), checks, cl.offs); err != nil {
+		return nil, err
 	}
 	cl.left.Store(int64(n))
-	return cl
+	return cl, nil
 }
+
+// wireOf returns the encoded checks [lo, hi).
+func (cl *call) wireOf(lo, hi int) []byte { return cl.wire[cl.offs[lo]:cl.offs[hi]] }
 
 // answered records that n more checks of cl have their result.
 func (cl *call) answered(n int) {
@@ -98,9 +107,10 @@ func (s segment) fail(err error) {
 
 // batch is the checks of one RPC. Pooled with its slices.
 type batch struct {
-	segs []segment
-	reqs []*pb.RateLimitRequest
-	n    int
+	segs  []segment
+	req   encodedRequest // the segments' wire runs, in order
+	reply resultsReply   // the owner's answers, decoded
+	n     int
 }
 
 var batchPool = sync.Pool{New: func() any { return new(batch) }}
@@ -201,22 +211,24 @@ func (c *PeerClient) abandon(cl *call) {
 // RPC ends at Timeout, when parent ends, or when Close is called.
 func (c *PeerClient) send(parent context.Context, b *batch) {
 	for _, s := range b.segs {
-		b.reqs = append(b.reqs, s.call.reqs[s.lo:s.hi]...)
+		b.req.parts = append(b.req.parts, s.call.wireOf(s.lo, s.hi))
 	}
+	b.reply.forward, b.reply.max = true, b.n
 	ctx, cancel := context.WithTimeout(parent, c.timeout)
 	stop := func() bool { return false }
 	if parent != c.closing {
 		stop = context.AfterFunc(c.closing, cancel)
 	}
 	start := time.Now()
-	resp, err := c.peers.ForwardRateLimits(ctx, &pb.ForwardRateLimitsRequest{Requests: b.reqs})
+	err := c.conn.Invoke(ctx, pb.Peers_ForwardRateLimits_FullMethodName, &b.req, &b.reply,
+		grpc.ForceCodecV2(theClientCodec))
 	elapsed := time.Since(start)
 	stop()
 	cancel()
 
 	kind := -1
-	if err == nil && len(resp.GetResponses()) != b.n {
-		err = fmt.Errorf("transport: owner answered %d of %d checks", len(resp.GetResponses()), b.n)
+	if err == nil && len(b.reply.results) != b.n {
+		err = fmt.Errorf("transport: owner answered %d of %d checks", len(b.reply.results), b.n)
 	}
 	if err != nil {
 		kind, err = c.classify(parent, err)
@@ -224,26 +236,23 @@ func (c *PeerClient) send(parent context.Context, b *batch) {
 			s.fail(err)
 		}
 	} else {
-		b.deliver(resp.GetResponses(), resp.GetOwner())
+		b.deliver(b.reply.results)
 	}
 	c.metrics.peerRPC(b.n, elapsed, kind)
 
 	clear(b.segs)
-	clear(b.reqs)
-	b.segs, b.reqs, b.n = b.segs[:0], b.reqs[:0], 0
+	clear(b.req.parts)
+	clear(b.reply.results) // drop the strings for the collector
+	b.segs, b.req.parts, b.reply.results, b.n = b.segs[:0], b.req.parts[:0], b.reply.results[:0], 0
 	batchPool.Put(b)
 }
 
-// deliver answers b's checks from the owner's responses, in order; owner
-// names the node that decided items whose metadata names none.
-func (b *batch) deliver(resps []*pb.RateLimitResponse, owner string) {
+// deliver answers b's checks from the owner's results, in order (the
+// decoder has already given items without an owner the response's owner).
+func (b *batch) deliver(results []limit.Result) {
 	off := 0
 	for _, s := range b.segs {
-		res := s.call.results
-		for i := s.lo; i < s.hi; i++ {
-			res[i] = resultFromProto(resps[off], owner)
-			off++
-		}
+		off += copy(s.call.results[s.lo:s.hi], results[off:])
 		s.call.answered(s.hi - s.lo)
 	}
 }

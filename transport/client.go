@@ -18,7 +18,6 @@ import (
 type Client struct {
 	addr string
 	conn *grpc.ClientConn
-	rpc  pb.RateLimiterClient
 }
 
 // Dial prepares a client for the server at addr (host:port or any gRPC
@@ -30,7 +29,7 @@ func Dial(addr string, opts ...grpc.DialOption) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("transport: dial %s: %w", addr, err)
 	}
-	return &Client{addr: addr, conn: conn, rpc: pb.NewRateLimiterClient(conn)}, nil
+	return &Client{addr: addr, conn: conn}, nil
 }
 
 // GetRateLimits asks the server to decide checks and returns one Result per
@@ -39,24 +38,18 @@ func Dial(addr string, opts ...grpc.DialOption) (*Client, error) {
 // ErrTimeout tell the common kinds apart; status.Code(err) gives the gRPC
 // code of any other.
 func (c *Client) GetRateLimits(ctx context.Context, checks []limit.Check) ([]limit.Result, error) {
-	msgs := make([]pb.RateLimitRequest, len(checks))
-	reqs := make([]*pb.RateLimitRequest, len(checks))
-	for i := range checks {
-		checkToProto(&checks[i], &msgs[i])
-		reqs[i] = &msgs[i]
-	}
-	resp, err := c.rpc.GetRateLimits(ctx, &pb.GetRateLimitsRequest{Requests: reqs})
+	// The request and the reply are wire-form types of ours that the
+	// client codec encodes and decodes by hand: no pb message per item.
+	reply := resultsReply{max: len(checks), results: make([]limit.Result, 0, len(checks))}
+	err := c.conn.Invoke(ctx, pb.RateLimiter_GetRateLimits_FullMethodName, &checksRequest{checks: checks}, &reply,
+		grpc.ForceCodecV2(theClientCodec))
 	if err != nil {
 		return nil, c.classify(err)
 	}
-	if len(resp.GetResponses()) != len(checks) {
-		return nil, fmt.Errorf("transport: %s answered %d of %d checks", c.addr, len(resp.GetResponses()), len(checks))
+	if len(reply.results) != len(checks) {
+		return nil, fmt.Errorf("transport: %s answered %d of %d checks", c.addr, len(reply.results), len(checks))
 	}
-	results := make([]limit.Result, len(checks))
-	for i, r := range resp.GetResponses() {
-		results[i] = resultFromProto(r, "")
-	}
-	return results, nil
+	return reply.results, nil
 }
 
 func (c *Client) classify(err error) error {

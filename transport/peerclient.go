@@ -14,7 +14,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/shardlimiter/shardlimiter/limit"
-	"github.com/shardlimiter/shardlimiter/transport/pb"
 )
 
 // PeerConfig configures a PeerClient.
@@ -55,7 +54,6 @@ const (
 type PeerClient struct {
 	addr        string
 	conn        *grpc.ClientConn
-	peers       pb.PeersClient
 	maxBatch    int
 	maxInFlight int
 	timeout     time.Duration
@@ -106,7 +104,7 @@ func NewPeerClient(addr string, cfg PeerConfig) (*PeerClient, error) {
 	if err != nil {
 		return nil, fmt.Errorf("transport: peer client for %s: %w", addr, err)
 	}
-	c.conn, c.peers = conn, pb.NewPeersClient(conn)
+	c.conn = conn
 	c.closing, c.cancel = context.WithCancel(context.Background())
 	return c, nil
 }
@@ -131,7 +129,10 @@ func (c *PeerClient) Forward(ctx context.Context, checks []limit.Check) ([]limit
 	if err := ctx.Err(); err != nil {
 		return nil, c.wrap(err)
 	}
-	cl := newCall(checks)
+	cl, err := newCall(checks)
+	if err != nil {
+		return failAll(len(checks), c.wrap(err))
+	}
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
@@ -157,6 +158,17 @@ func (c *PeerClient) Forward(ctx context.Context, checks []limit.Check) ([]limit
 	default:
 		return nil, c.wrap(ctx.Err())
 	}
+}
+
+// failAll answers n checks that could not be sent with err, as a failed RPC
+// would answer them.
+func failAll(n int, err error) ([]limit.Result, error) {
+	results := make([]limit.Result, n)
+	r := limit.Result{Error: err.Error(), Reason: limit.Unavailable}
+	for i := range results {
+		results[i] = r
+	}
+	return results, err
 }
 
 // Close answers every accepted check not yet answered with ErrClosed, ends

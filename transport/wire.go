@@ -28,8 +28,8 @@ import (
 
 // Field numbers of shardlimiter.v1, from shardlimiter.proto.
 const (
-	fieldResponses protowire.Number = 1 // Get/ForwardRateLimitsResponse.responses
-	fieldOwner     protowire.Number = 2 // ForwardRateLimitsResponse.owner
+	fieldItems protowire.Number = 1 // Get/ForwardRateLimitsResponse.responses, …Request.requests
+	fieldOwner protowire.Number = 2 // ForwardRateLimitsResponse.owner
 
 	respStatus    protowire.Number = 1
 	respLimit     protowire.Number = 2
@@ -88,7 +88,7 @@ func (e *responseEncoder) sizeItems(items []*pb.RateLimitResponse) int {
 func (e *responseEncoder) appendItems(b []byte, items []*pb.RateLimitResponse) ([]byte, error) {
 	var err error
 	for _, r := range items {
-		b = protowire.AppendTag(b, fieldResponses, protowire.BytesType)
+		b = protowire.AppendTag(b, fieldItems, protowire.BytesType)
 		b = protowire.AppendVarint(b, uint64(sizeItem(r)))
 		if b, err = e.appendItem(b, r); err != nil {
 			return nil, err
