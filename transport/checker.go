@@ -67,10 +67,11 @@ func (e *batchError) Error() string {
 //	anything else                            Internal
 func Code(err error) codes.Code {
 	var be *batchError
+	var me *malformedError
 	switch {
 	case err == nil:
 		return codes.OK
-	case errors.As(err, &be):
+	case errors.As(err, &be), errors.As(err, &me):
 		return codes.InvalidArgument
 	case errors.Is(err, ErrShuttingDown), errors.Is(err, ErrUnavailable), errors.Is(err, ErrClosed):
 		return codes.Unavailable

@@ -30,6 +30,7 @@ func stdCodec() encoding.CodecV2 {
 }
 
 // serverCodec is installed on the GRPCServer with grpc.ForceServerCodecV2.
+// Requests of the two services arrive as *checkBatch (see services.go).
 // It is safe for concurrent use: every call gets its own encoder.
 type serverCodec struct {
 	std encoding.CodecV2
@@ -51,7 +52,14 @@ func (c *serverCodec) Marshal(v any) (mem.BufferSlice, error) {
 }
 
 func (c *serverCodec) Unmarshal(data mem.BufferSlice, v any) error {
-	return c.std.Unmarshal(data, v)
+	in, ok := v.(*checkBatch)
+	if !ok {
+		return c.std.Unmarshal(data, v)
+	}
+	buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
+	defer buf.Free()
+	in.decode(buf.ReadOnlyData()) // copies the strings it keeps: buf is freed
+	return nil
 }
 
 // clientCodec is passed by Client and PeerClient on each call with

@@ -31,10 +31,32 @@ type scratch struct {
 type failedItem struct {
 	index int
 	alg   limit.Algorithm // numAlgorithmLabels-1 when unknown
+	limit int64           // the request's limit, echoed in the answer
 	err   error
 }
 
 var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
+
+func getScratch() *scratch { return scratchPool.Get().(*scratch) }
+
+// release returns sc to the pool; sc must not be used afterwards.
+func (sc *scratch) release() {
+	clear(sc.checks) // drop the strings for the collector
+	sc.checks, sc.failed = sc.checks[:0], sc.failed[:0]
+	if cap(sc.checks) <= 4*DefaultMaxBatch {
+		scratchPool.Put(sc)
+	}
+}
+
+// add converts the request at index i into sc: a check, or a failed item.
+func (sc *scratch) add(i int, r *pb.RateLimitRequest) {
+	c, err := checkFromProto(r)
+	if err != nil {
+		sc.failed = append(sc.failed, failedItem{index: i, alg: algorithmOf(r), limit: r.GetLimit(), err: err})
+		return
+	}
+	sc.checks = append(sc.checks, c)
+}
 
 // decide answers reqs in order. Items that fail conversion never reach the
 // Checker; they are answered with their error and merged back in place. A
@@ -49,21 +71,30 @@ func (h *batchHandler) decide(ctx context.Context, reqs []*pb.RateLimitRequest, 
 	if h.checker == nil {
 		return nil, "", fmt.Errorf("transport: no checker configured: %w", ErrUnavailable)
 	}
-	sc := scratchPool.Get().(*scratch)
-	defer func() {
-		clear(sc.checks) // drop the strings for the collector
-		sc.checks, sc.failed = sc.checks[:0], sc.failed[:0]
-		if cap(sc.checks) <= 4*DefaultMaxBatch {
-			scratchPool.Put(sc)
-		}
-	}()
+	sc := getScratch()
+	defer sc.release()
 	for i, r := range reqs {
-		c, err := checkFromProto(r)
-		if err != nil {
-			sc.failed = append(sc.failed, failedItem{index: i, alg: algorithmOf(r), err: err})
-			continue
-		}
-		sc.checks = append(sc.checks, c)
+		sc.add(i, r)
+	}
+	return h.decideConverted(ctx, sc, len(reqs), compact)
+}
+
+// decideBatch is decide for a request the server codec has decoded.
+func (h *batchHandler) decideBatch(ctx context.Context, in *checkBatch, compact bool) ([]*pb.RateLimitResponse, string, error) {
+	if in.err != nil {
+		return nil, "", in.err
+	}
+	if in.n > h.maxBatch {
+		return nil, "", &batchError{n: in.n, max: h.maxBatch}
+	}
+	return h.decideConverted(ctx, in.sc, in.n, compact)
+}
+
+// decideConverted is decide after conversion: sc holds the n items of the
+// batch, as checks and failed items.
+func (h *batchHandler) decideConverted(ctx context.Context, sc *scratch, n int, compact bool) ([]*pb.RateLimitResponse, string, error) {
+	if h.checker == nil {
+		return nil, "", fmt.Errorf("transport: no checker configured: %w", ErrUnavailable)
 	}
 	var results []limit.Result
 	if len(sc.checks) > 0 {
@@ -80,24 +111,24 @@ func (h *batchHandler) decide(ctx context.Context, reqs []*pb.RateLimitRequest, 
 	if compact && len(results) > 0 {
 		meta.omitOwner = results[0].Owner
 	}
-	return h.respond(reqs, sc, results, &meta), meta.omitOwner, nil
+	return h.respond(n, sc, results, &meta), meta.omitOwner, nil
 }
 
 // respond builds the responses: the Checker's results in order, with the
 // failed items' errors merged in at their positions. The messages share one
 // backing array: one allocation per batch, not per item.
-func (h *batchHandler) respond(reqs []*pb.RateLimitRequest, sc *scratch, results []limit.Result, meta *metaCache) []*pb.RateLimitResponse {
-	out := make([]*pb.RateLimitResponse, len(reqs))
-	msgs := make([]pb.RateLimitResponse, len(reqs))
+func (h *batchHandler) respond(n int, sc *scratch, results []limit.Result, meta *metaCache) []*pb.RateLimitResponse {
+	out := make([]*pb.RateLimitResponse, n)
+	msgs := make([]pb.RateLimitResponse, n)
 	var t tally
 	next := 0 // next result to place
 	failed := sc.failed
-	for i := range reqs {
+	for i := range n {
 		dst := &msgs[i]
 		out[i] = dst
 		if len(failed) > 0 && failed[0].index == i {
 			r := limit.Failed(limit.Invalid, failed[0].err)
-			resultToProto(&r, reqs[i].GetLimit(), dst, meta)
+			resultToProto(&r, failed[0].limit, dst, meta)
 			t.item(failed[0].alg, &r)
 			failed = failed[1:]
 			continue

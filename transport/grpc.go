@@ -3,16 +3,11 @@ package transport
 import (
 	"context"
 	"net"
-	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
 	healthgrpc "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
-	"google.golang.org/grpc/status"
-
-	"github.com/shardlimiter/shardlimiter/transport/pb"
 )
 
 // GRPCConfig configures a GRPCServer.
@@ -32,7 +27,8 @@ type GRPCConfig struct {
 	Metrics *Metrics
 	// ServerOptions are passed to grpc.NewServer (credentials, keepalive,
 	// interceptors, message size limits). A codec option has no effect: the
-	// server uses its own, which speaks standard proto.
+	// server uses its own, which speaks standard proto (see codec.go); unary
+	// interceptors of the two services see the request as decoded by it.
 	ServerOptions []grpc.ServerOption
 }
 
@@ -61,12 +57,12 @@ func NewGRPCServer(cfg GRPCConfig) *GRPCServer {
 		health:      health.NewServer(),
 		stopWatches: stopWatches,
 	}
-	pb.RegisterRateLimiterServer(s.srv, &rateLimiterServer{h: newBatchHandler(cfg.Checker, cfg)})
+	s.srv.RegisterService(rateLimiterDesc, &rateLimiterServer{h: newBatchHandler(cfg.Checker, cfg)})
 	peers := &peersServer{}
 	if cfg.Local != nil {
 		peers.h = newBatchHandler(cfg.Local, cfg)
 	}
-	pb.RegisterPeersServer(s.srv, peers)
+	s.srv.RegisterService(peersDesc, peers)
 	healthgrpc.RegisterHealthServer(s.srv, &healthServer{Server: s.health, stop: watching})
 	reflection.Register(s.srv)
 	s.SetServing(false)
@@ -115,44 +111,6 @@ func (s *GRPCServer) Stop() {
 	s.health.Shutdown()
 	s.stopWatches()
 	s.srv.Stop()
-}
-
-// rateLimiterServer is the client-facing service.
-type rateLimiterServer struct {
-	pb.UnimplementedRateLimiterServer
-	h *batchHandler
-}
-
-func (s *rateLimiterServer) GetRateLimits(ctx context.Context, req *pb.GetRateLimitsRequest) (*pb.GetRateLimitsResponse, error) {
-	start := time.Now()
-	resps, _, err := s.h.decide(ctx, req.GetRequests(), false)
-	code := Code(err)
-	s.h.metrics.observeGRPC(methodGet, code, len(req.GetRequests()), time.Since(start))
-	if err != nil {
-		return nil, status.Error(code, err.Error())
-	}
-	return &pb.GetRateLimitsResponse{Responses: resps}, nil
-}
-
-// peersServer is the node-to-node service; h is nil when no Local checker
-// was configured.
-type peersServer struct {
-	pb.UnimplementedPeersServer
-	h *batchHandler
-}
-
-func (s *peersServer) ForwardRateLimits(ctx context.Context, req *pb.ForwardRateLimitsRequest) (*pb.ForwardRateLimitsResponse, error) {
-	if s.h == nil {
-		return nil, status.Error(codes.Unimplemented, "transport: this node does not answer peers")
-	}
-	start := time.Now()
-	resps, owner, err := s.h.decide(ctx, req.GetRequests(), true)
-	code := Code(err)
-	s.h.metrics.observeGRPC(methodForward, code, len(req.GetRequests()), time.Since(start))
-	if err != nil {
-		return nil, status.Error(code, err.Error())
-	}
-	return &pb.ForwardRateLimitsResponse{Responses: resps, Owner: owner}, nil
 }
 
 // healthServer is the standard health service whose Watch streams also end

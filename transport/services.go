@@ -1,0 +1,108 @@
+package transport
+
+import (
+	"context"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/shardlimiter/shardlimiter/transport/pb"
+)
+
+// The RateLimiter and Peers services are registered with descriptors of our
+// own rather than the generated ones, so that their handlers receive the
+// request as the server codec decoded it (*checkBatch, no pb message per
+// item). Names, methods and the proto file are the generated ones: on the
+// wire, and to server reflection (which describes the services from the
+// registered proto file), nothing differs. Unary interceptors see a
+// *checkBatch as the request and a pb response.
+
+// checksService is a service whose single method answers a batch.
+type checksService interface {
+	// newBatch returns an empty request bounded by the service's MaxBatch.
+	newBatch() *checkBatch
+	serveChecks(ctx context.Context, in *checkBatch) (any, error)
+}
+
+// checksServiceDesc copies a generated descriptor, with our handler.
+func checksServiceDesc(gen *grpc.ServiceDesc) *grpc.ServiceDesc {
+	name := gen.Methods[0].MethodName
+	return &grpc.ServiceDesc{
+		ServiceName: gen.ServiceName,
+		HandlerType: (*checksService)(nil),
+		Methods:     []grpc.MethodDesc{{MethodName: name, Handler: handleChecks("/" + gen.ServiceName + "/" + name)}},
+		Streams:     []grpc.StreamDesc{},
+		Metadata:    gen.Metadata,
+	}
+}
+
+var (
+	rateLimiterDesc = checksServiceDesc(&pb.RateLimiter_ServiceDesc)
+	peersDesc       = checksServiceDesc(&pb.Peers_ServiceDesc)
+)
+
+// handleChecks is the grpc.MethodHandler of a checksService method.
+func handleChecks(fullMethod string) grpc.MethodHandler {
+	return func(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
+		s := srv.(checksService)
+		in := s.newBatch()
+		defer in.release()
+		if err := dec(in); err != nil {
+			return nil, err
+		}
+		if interceptor == nil {
+			return s.serveChecks(ctx, in)
+		}
+		info := &grpc.UnaryServerInfo{Server: srv, FullMethod: fullMethod}
+		return interceptor(ctx, in, info, func(ctx context.Context, req any) (any, error) {
+			return s.serveChecks(ctx, req.(*checkBatch))
+		})
+	}
+}
+
+// rateLimiterServer is the client-facing service.
+type rateLimiterServer struct {
+	h *batchHandler
+}
+
+func (s *rateLimiterServer) newBatch() *checkBatch { return &checkBatch{max: s.h.maxBatch} }
+
+func (s *rateLimiterServer) serveChecks(ctx context.Context, in *checkBatch) (any, error) {
+	start := time.Now()
+	resps, _, err := s.h.decideBatch(ctx, in, false)
+	code := Code(err)
+	s.h.metrics.observeGRPC(methodGet, code, in.n, time.Since(start))
+	if err != nil {
+		return nil, status.Error(code, err.Error())
+	}
+	return &pb.GetRateLimitsResponse{Responses: resps}, nil
+}
+
+// peersServer is the node-to-node service; h is nil when no Local checker
+// was configured.
+type peersServer struct {
+	h *batchHandler
+}
+
+func (s *peersServer) newBatch() *checkBatch {
+	if s.h == nil {
+		return &checkBatch{max: DefaultMaxBatch}
+	}
+	return &checkBatch{max: s.h.maxBatch}
+}
+
+func (s *peersServer) serveChecks(ctx context.Context, in *checkBatch) (any, error) {
+	if s.h == nil {
+		return nil, status.Error(codes.Unimplemented, "transport: this node does not answer peers")
+	}
+	start := time.Now()
+	resps, owner, err := s.h.decideBatch(ctx, in, true)
+	code := Code(err)
+	s.h.metrics.observeGRPC(methodForward, code, in.n, time.Since(start))
+	if err != nil {
+		return nil, status.Error(code, err.Error())
+	}
+	return &pb.ForwardRateLimitsResponse{Responses: resps, Owner: owner}, nil
+}
