@@ -94,12 +94,21 @@ func (n *Node) forward(ctx context.Context, owner ring.Member, checks []limit.Ch
 	if err == nil && len(out) != len(sub) {
 		err = fmt.Errorf("peer: %s answered %d of %d checks", owner.Name, len(out), len(sub))
 	}
-	if err == nil {
-		for j, i := range idx {
+	// On a failed forward the client still returns what the owner answered
+	// (items it decided) next to the items that never got there (marked
+	// Unavailable): keep the former, so no hit is counted on two nodes.
+	failed := idx[:0:0]
+	for j, i := range idx {
+		if err == nil || len(out) == len(sub) && out[j].Reason != limit.Unavailable {
 			res[i] = out[j]
+		} else {
+			failed = append(failed, i)
 		}
+	}
+	if len(failed) == 0 {
 		return
 	}
+	idx = failed
 	n.log.Debug("forward failed", "owner", owner.Name, "checks", len(idx), "err", err)
 	n.m.fallback[n.cfg.FailPolicy].Add(float64(len(idx)))
 	switch n.cfg.FailPolicy {
