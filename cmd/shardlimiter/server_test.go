@@ -14,8 +14,14 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
 	"github.com/shardlimiter/shardlimiter/limit"
 	"github.com/shardlimiter/shardlimiter/transport"
+	"github.com/shardlimiter/shardlimiter/transport/pb"
 )
 
 // served is a shardlimiter started by run() in this process.
@@ -289,6 +295,63 @@ func TestPprofOnlyWhenAsked(t *testing.T) {
 		resp.Body.Close()
 		if resp.StatusCode != tc.want {
 			t.Errorf("%v: GET /debug/pprof/ = %d, want %d", tc.args, resp.StatusCode, tc.want)
+		}
+	}
+}
+
+// TestBadItemsOverGRPC sends a batch mixing good and bad items to a real
+// node over gRPC with the generated client: each bad item gets its own
+// clear error and reason, the good ones are decided, and an over-size batch
+// fails the whole call with InvalidArgument.
+func TestBadItemsOverGRPC(t *testing.T) {
+	t.Parallel()
+	s := serve(t, "--max-batch", "20")
+	conn, err := grpc.NewClient(s.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	client := pb.NewRateLimiterClient(conn)
+	good := func() *pb.RateLimitRequest {
+		return &pb.RateLimitRequest{Name: "r", UniqueKey: "k", Hits: 1, Limit: 100, DurationMs: 1000}
+	}
+	cases := []struct {
+		mod  func(*pb.RateLimitRequest)
+		want string
+	}{
+		{func(r *pb.RateLimitRequest) { r.Name = "" }, "name is empty"},
+		{func(r *pb.RateLimitRequest) { r.UniqueKey = "" }, "unique_key is empty"},
+		{func(r *pb.RateLimitRequest) { r.UniqueKey = strings.Repeat("k", 2000) }, "unique_key is 2000 bytes"},
+		{func(r *pb.RateLimitRequest) { r.Limit = 0 }, "limit must be > 0"},
+		{func(r *pb.RateLimitRequest) { r.DurationMs = 0 }, "duration_ms"},
+		{func(r *pb.RateLimitRequest) { r.DurationMs = 1 << 60 }, "duration_ms"},
+		{func(r *pb.RateLimitRequest) { r.Hits = -1 }, "hits must be >= 0"},
+		{func(r *pb.RateLimitRequest) { r.Algorithm = 42 }, "algorithm"},
+		{func(r *pb.RateLimitRequest) { r.WarmupMs = 10; r.Algorithm = pb.Algorithm_FIXED_WINDOW }, "warmup_ms applies to TOKEN_BUCKET only"},
+		{func(r *pb.RateLimitRequest) { r.MinIntervalMs = 10 }, "min_interval_ms applies to SLIDING_LOG only"},
+		{func(r *pb.RateLimitRequest) { r.Behavior = 64 }, "behavior"},
+	}
+	req := &pb.GetRateLimitsRequest{}
+	for _, tc := range cases {
+		bad := good()
+		tc.mod(bad)
+		req.Requests = append(req.Requests, good(), bad)
+	}
+	resp, err := client.GetRateLimits(context.Background(), req)
+	if err == nil || status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("batch of %d over --max-batch 20: err = %v, want InvalidArgument", len(req.Requests), err)
+	}
+	req.Requests = req.Requests[:20]
+	if resp, err = client.GetRateLimits(context.Background(), req); err != nil {
+		t.Fatal(err)
+	}
+	for i, tc := range cases[:10] {
+		g, b := resp.Responses[2*i], resp.Responses[2*i+1]
+		if g.Error != "" || g.Status != pb.Status_UNDER_LIMIT || g.Metadata["owner"] == "" {
+			t.Errorf("good item next to %q: %v", tc.want, g)
+		}
+		if !strings.Contains(b.Error, tc.want) || b.Metadata["reason"] != "invalid_argument" {
+			t.Errorf("bad item: error %q reason %q, want %q, invalid_argument", b.Error, b.Metadata["reason"], tc.want)
 		}
 	}
 }
