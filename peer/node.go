@@ -159,6 +159,10 @@ func (n *Node) Name() string { return n.cfg.Name }
 // idle keys until ctx is done, then closes the peer clients. It returns
 // after everything it started has exited.
 func (n *Node) Run(ctx context.Context) error {
+	// A gossip failure must stop the watcher and sweeper too, or wg.Wait
+	// below would wait for a ctx nobody cancels.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	var wg sync.WaitGroup
 	errc := make(chan error, 1)
 	if g := n.cfg.Gossip; g != nil {
@@ -175,6 +179,7 @@ func (n *Node) Run(ctx context.Context) error {
 	case <-ctx.Done():
 	case err = <-errc:
 	}
+	cancel()
 	wg.Wait()
 	n.peers.closeAll()
 	return err
