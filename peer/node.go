@@ -102,11 +102,15 @@ type Node struct {
 	log      *slog.Logger
 	limiters [5]limit.Limiter // by limit.Algorithm
 	view     atomic.Pointer[view]
-	version  atomic.Uint64
-	leaving  atomic.Bool
-	peers    peerSet
-	m        *metrics
-	keyBufs  sync.Pool // *keyBuf
+	// rebuildMu serializes rebuilds (the membership watcher and Leave), so
+	// that one which read leaving as false cannot store its ring after
+	// Leave's and put this node back on it; versions are stored in order.
+	rebuildMu sync.Mutex
+	version   atomic.Uint64
+	leaving   atomic.Bool
+	peers     peerSet
+	m         *metrics
+	keyBufs   sync.Pool // *keyBuf
 }
 
 // New returns a node. It starts nothing.
@@ -203,6 +207,8 @@ func (n *Node) watchMembership(ctx context.Context, g Gossip) {
 // rebuild installs a ring snapshot for members. While leaving, this node
 // is left out, so its checks go to the nodes that now own its keys.
 func (n *Node) rebuild(members []ring.Member) error {
+	n.rebuildMu.Lock()
+	defer n.rebuildMu.Unlock()
 	kept := members[:0:0]
 	for _, m := range members {
 		if n.leaving.Load() && m.Name == n.cfg.Name {
