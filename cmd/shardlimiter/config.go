@@ -163,8 +163,13 @@ func newLogger(c config, w io.Writer) *slog.Logger {
 // else a specific listen host, else the first non-loopback IPv4 address,
 // else loopback.
 func advertiseHost(c config) string {
-	if c.advertiseAddr != "" {
-		return c.advertiseAddr
+	if a := c.advertiseAddr; a != "" {
+		// Gossip also accepts "host:port" and "[v6]": peers dial gRPC at
+		// the host alone, with the gRPC port.
+		if host, _, err := net.SplitHostPort(a); err == nil {
+			return host
+		}
+		return strings.TrimSuffix(strings.TrimPrefix(a, "["), "]")
 	}
 	if host, _, _ := net.SplitHostPort(c.gossipAddr); host != "" && !net.ParseIP(host).IsUnspecified() {
 		return host

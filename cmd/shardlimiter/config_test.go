@@ -114,3 +114,26 @@ func TestHelpNamesEveryEnvironmentVariable(t *testing.T) {
 		}
 	})
 }
+
+// --advertise-addr may carry the gossip port ("host:port", passed to
+// gossip as is) or be a bracketed IPv6 literal; the gRPC address peers
+// forward to is built from its host alone.
+func TestAdvertiseHostDropsPortAndBrackets(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		"10.1.2.3":        "10.1.2.3",
+		"10.1.2.3:7000":   "10.1.2.3",
+		"node-a.svc:7000": "node-a.svc",
+		"fd00::1":         "fd00::1",
+		"[fd00::1]":       "fd00::1",
+		"[fd00::1]:7000":  "fd00::1",
+	} {
+		c, err := parseConfig([]string{"--advertise-addr", in}, env(), &bytes.Buffer{})
+		if err != nil {
+			t.Fatalf("parseConfig(--advertise-addr %q) = %v", in, err)
+		}
+		if got := advertiseHost(c); got != want {
+			t.Errorf("advertiseHost(--advertise-addr %q) = %q, want %q", in, got, want)
+		}
+	}
+}
