@@ -185,6 +185,15 @@ func TestBadRequestsOverHTTP(t *testing.T) {
 func TestHealthReadyClusterMetrics(t *testing.T) {
 	t.Parallel()
 	s := serve(t)
+	// The serving line comes before gossip has started: ready soon after.
+	eventually(t, 5*time.Second, func() bool {
+		resp, err := http.Get("http://" + s.http + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
 	for path, want := range map[string]string{
 		"/healthz":    "ok",
 		"/readyz":     "ready",
