@@ -109,6 +109,14 @@ func (n *Node) forward(ctx context.Context, owner ring.Member, checks []limit.Ch
 		return
 	}
 	idx = failed
+	if cerr := ctx.Err(); cerr != nil {
+		// The caller is gone: nobody reads these answers, and deciding them
+		// here could count hits the owner already counted.
+		for _, i := range idx {
+			res[i] = limit.Failed(limit.Internal, cerr)
+		}
+		return
+	}
 	n.log.Debug("forward failed", "owner", owner.Name, "checks", len(idx), "err", err)
 	n.m.fallback[n.cfg.FailPolicy].Add(float64(len(idx)))
 	switch n.cfg.FailPolicy {

@@ -148,7 +148,9 @@ func (s *server) serve(ctx context.Context, stdout io.Writer) error {
 			errc <- fmt.Errorf("http: %w", err)
 		}
 	})
-	s.grpc.SetServing(true)
+	healthCtx, stopHealth := context.WithCancel(context.Background())
+	healthDone := make(chan struct{})
+	go func() { defer close(healthDone); s.followReadiness(healthCtx) }()
 	s.log.Info("serving", "node", s.node.Name(), "http", s.httpLis.Addr().String(),
 		"grpc", s.grpcLis.Addr().String(), "advertise", s.grpcAddr, "join", s.cfg.join)
 	fmt.Fprintf(stdout, "serving node=%s http=%s grpc=%s\n", s.node.Name(), s.httpLis.Addr(), s.grpcLis.Addr())
@@ -160,7 +162,8 @@ func (s *server) serve(ctx context.Context, stdout io.Writer) error {
 	case runErr = <-errc:
 		s.log.Error("shutting down after a failure", "err", runErr)
 	}
-	s.grpc.SetServing(false)
+	stopHealth()
+	<-healthDone // health is NOT_SERVING from here on
 	others := len(s.node.Cluster().Members) > 1
 	if err := s.node.Leave(); err != nil {
 		s.log.Warn("leave", "err", err)
@@ -213,4 +216,27 @@ func withPprof(h http.Handler) http.Handler {
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	mux.Handle("/", h)
 	return mux
+}
+
+// followReadiness keeps the gRPC health status equal to /readyz (joined,
+// on its own ring, not leaving), so a gRPC readiness probe sends no traffic
+// before the node has joined. It polls: readiness changes a few times in a
+// node's life, and a 100 ms lag is harmless.
+func (s *server) followReadiness(ctx context.Context) {
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	last := false
+	s.grpc.SetServing(false)
+	defer s.grpc.SetServing(false)
+	for {
+		if ready := s.node.Ready(); ready != last {
+			s.grpc.SetServing(ready)
+			last = ready
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
 	"github.com/shardlimiter/shardlimiter/limit"
@@ -362,5 +363,47 @@ func TestBadItemsOverGRPC(t *testing.T) {
 		if !strings.Contains(b.Error, tc.want) || b.Metadata["reason"] != "invalid_argument" {
 			t.Errorf("bad item: error %q reason %q, want %q, invalid_argument", b.Error, b.Metadata["reason"], tc.want)
 		}
+	}
+}
+
+// TestHealthFollowsReadiness: a node whose seed never answers has not
+// joined, so /readyz is 503 and gRPC health NOT_SERVING; a node alone by
+// configuration is ready on both.
+func TestHealthFollowsReadiness(t *testing.T) {
+	t.Parallel()
+	dead, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadAddr := dead.Addr().String()
+	dead.Close()
+	for _, tc := range []struct {
+		args  []string
+		ready bool
+	}{{nil, true}, {[]string{"--join", deadAddr}, false}} {
+		s := serve(t, tc.args...)
+		conn, err := grpc.NewClient(s.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		want := healthpb.HealthCheckResponse_NOT_SERVING
+		if tc.ready {
+			want = healthpb.HealthCheckResponse_SERVING
+		}
+		var got healthpb.HealthCheckResponse_ServingStatus
+		var code int
+		eventually(t, 5*time.Second, func() bool {
+			r, err := healthpb.NewHealthClient(conn).Check(context.Background(), &healthpb.HealthCheckRequest{})
+			if err == nil {
+				got = r.Status
+			}
+			resp, err := http.Get("http://" + s.http + "/readyz")
+			if err == nil {
+				code = resp.StatusCode
+				resp.Body.Close()
+			}
+			return got == want && (code == 200) == tc.ready
+		})
 	}
 }
