@@ -82,6 +82,13 @@ type Config struct {
 	Ring ring.Config
 	// Peer configures the forwarding clients.
 	Peer transport.PeerConfig
+	// PeerBackoff is how long forwarding to a peer is suspended after a
+	// forward to it timed out or was refused (its checks go to the fail
+	// policy meanwhile); it doubles on each further failure, up to 20×,
+	// and resets on a success. 0 means 100 ms. Longer spares clients more
+	// timeouts while a peer is dead; shorter returns to a recovered peer
+	// sooner.
+	PeerBackoff time.Duration
 	// Registerer receives the node's metrics; nil registers nothing.
 	Registerer prometheus.Registerer
 	// Logger receives the node's logs; nil discards them.
@@ -130,6 +137,9 @@ func New(cfg Config) (*Node, error) {
 	if cfg.LeaveTimeout <= 0 {
 		cfg.LeaveTimeout = 3 * time.Second
 	}
+	if cfg.PeerBackoff <= 0 {
+		cfg.PeerBackoff = 100 * time.Millisecond
+	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -146,7 +156,7 @@ func New(cfg Config) (*Node, error) {
 		limit.SlidingLog:    window.NewLog(tc),
 	}
 	n.keyBufs.New = func() any { return &keyBuf{b: make([]byte, 0, 64)} }
-	n.peers.cfg = cfg.Peer
+	n.peers.cfg, n.peers.backoff = cfg.Peer, cfg.PeerBackoff
 	n.m = newMetrics(cfg.Registerer, n)
 	if err := n.rebuild([]ring.Member{n.selfMember()}); err != nil {
 		return nil, err

@@ -2,7 +2,11 @@ package peer
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/shardlimiter/shardlimiter/limit"
 	"github.com/shardlimiter/shardlimiter/ring"
@@ -14,6 +18,7 @@ import (
 // first use and closed when their peer leaves the ring or changes address.
 type peerSet struct {
 	cfg     transport.PeerConfig
+	backoff time.Duration // first suspension after a failed forward
 	mu      sync.Mutex
 	clients map[string]*peerClient // guarded by mu
 	closed  bool                   // guarded by mu
@@ -23,25 +28,57 @@ type peerSet struct {
 type peerClient struct {
 	addr string
 	c    *transport.PeerClient
+	// downUntil (Unix ns) suspends forwarding to a peer that just timed out
+	// or refused: until then its checks go straight to the fail policy
+	// instead of each waiting for its own timeout. The first forward after
+	// it is the probe. backoff doubles on each failure, up to
+	// maxBackoffFactor times the first, and
+	// resets on a success, so a peer that comes back is used again within
+	// a fraction of a second (Config.PeerBackoff), not after a long latch.
+	downUntil atomic.Int64
+	backoff   atomic.Int64
 }
 
-// forward sends checks to owner through its client.
+// maxBackoffFactor caps a peer's suspension at this many times the first
+// one: a short, growing back-off, never a latch (DESIGN.md §5). Gossip
+// declares a dead peer in ~3 s; until then the suspension keeps one
+// unreachable owner from costing every check a timeout.
+const maxBackoffFactor = 20
+
+// errSuspended answers forwards to a suspended peer.
+var errSuspended = fmt.Errorf("peer: owner suspended after a failed forward: %w", transport.ErrUnavailable)
+
+// forward sends checks to owner through its client, unless owner is
+// suspended after a recent failure.
 func (s *peerSet) forward(ctx context.Context, owner ring.Member, checks []limit.Check) ([]limit.Result, error) {
-	c, err := s.client(owner)
+	pc, err := s.client(owner)
 	if err != nil {
 		return nil, err
 	}
-	return c.Forward(ctx, checks)
+	now := time.Now().UnixNano()
+	if now < pc.downUntil.Load() {
+		return nil, errSuspended
+	}
+	out, err := pc.c.Forward(ctx, checks)
+	switch {
+	case err == nil:
+		pc.backoff.Store(0)
+	case ctx.Err() == nil && (errors.Is(err, transport.ErrTimeout) || errors.Is(err, transport.ErrUnavailable)):
+		b := min(max(2*pc.backoff.Load(), int64(s.backoff)), maxBackoffFactor*int64(s.backoff))
+		pc.backoff.Store(b)
+		pc.downUntil.Store(time.Now().UnixNano() + b)
+	}
+	return out, err
 }
 
-func (s *peerSet) client(m ring.Member) (*transport.PeerClient, error) {
+func (s *peerSet) client(m ring.Member) (*peerClient, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
 		return nil, transport.ErrClosed
 	}
 	if pc := s.clients[m.Name]; pc != nil && pc.addr == m.Addr {
-		return pc.c, nil
+		return pc, nil
 	}
 	c, err := transport.NewPeerClient(m.Addr, s.cfg)
 	if err != nil {
@@ -53,8 +90,9 @@ func (s *peerSet) client(m ring.Member) (*transport.PeerClient, error) {
 	if s.clients == nil {
 		s.clients = make(map[string]*peerClient)
 	}
-	s.clients[m.Name] = &peerClient{addr: m.Addr, c: c}
-	return c, nil
+	pc := &peerClient{addr: m.Addr, c: c}
+	s.clients[m.Name] = pc
+	return pc, nil
 }
 
 // retain closes the clients of peers that are not in members (by name and

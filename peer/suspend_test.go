@@ -1,0 +1,75 @@
+package peer
+
+import (
+	"context"
+	"net"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/shardlimiter/shardlimiter/limit"
+	"github.com/shardlimiter/shardlimiter/ring"
+	"github.com/shardlimiter/shardlimiter/transport"
+)
+
+// fixedGossip is a membership that never changes.
+type fixedGossip struct{ members []ring.Member }
+
+func (g fixedGossip) Run(ctx context.Context) error { <-ctx.Done(); return nil }
+func (g fixedGossip) Members() []ring.Member        { return g.members }
+func (g fixedGossip) Changed() <-chan struct{}      { return nil }
+func (g fixedGossip) Joined() bool                  { return true }
+func (g fixedGossip) Leave(time.Duration) error     { return nil }
+
+// TestHungOwnerIsSuspended: an owner that accepts forwards but never
+// answers costs the first check one peer timeout; the checks after it, while
+// the owner is suspended, go straight to the fail policy without reaching
+// it. Every check is answered without an item error (local policy).
+func TestHungOwnerIsSuspended(t *testing.T) {
+	t.Parallel()
+	var calls atomic.Int64
+	release := make(chan struct{})
+	hung := transport.NewGRPCServer(transport.GRPCConfig{Local: transport.CheckerFunc(
+		func(ctx context.Context, checks []limit.Check) ([]limit.Result, error) {
+			calls.Add(1)
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+			return nil, ctx.Err()
+		})})
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go hung.Serve(lis)
+	defer hung.Stop()
+	defer close(release)
+
+	members := []ring.Member{{Name: "self", Addr: "unused"}, {Name: "hung", Addr: lis.Addr().String()}}
+	n, err := New(Config{Name: "self", Gossip: fixedGossip{members}, PeerBackoff: time.Hour,
+		Peer: transport.PeerConfig{Timeout: 200 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.peers.closeAll() // Run (not started here) would close them
+	if err := n.rebuild(members); err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	for i := 0; len(keys) < 5; i++ {
+		k := "account:" + string(rune('a'+i%26)) + string(rune('a'+i/26))
+		if n.view.Load().snap.Owner(k).Name == "hung" {
+			keys = append(keys, k)
+		}
+	}
+	for i, k := range keys {
+		res, err := n.Check(context.Background(), []limit.Check{{Name: "r", Key: k, Hits: 1, Rule: rule(limit.TokenBucket, 5, time.Minute)}})
+		if err != nil || res[0].Error != "" || !res[0].Allowed || res[0].Owner != "self" {
+			t.Fatalf("check %d on a key of the hung owner = %+v, %v; want admitted locally", i, res, err)
+		}
+	}
+	if got := calls.Load(); got != 1 {
+		t.Fatalf("the hung owner received %d forwards, want 1: the others should have been suspended", got)
+	}
+}
