@@ -27,35 +27,7 @@ const (
 )
 
 func TestThreeNodeCluster(t *testing.T) {
-	if _, err := exec.LookPath("go"); err != nil {
-		t.Skip("go not on PATH: cannot build the binary for the image")
-	}
-	if out, err := exec.Command("docker", "info").CombinedOutput(); err != nil {
-		t.Skipf("no Docker engine reachable (docker info: %v): %s", err, lastLine(out))
-	}
-	id := randomID(t)
-	image := buildImage(t, id)
-	network := "sl-test-" + id
-	docker(t, "network", "create", network)
-	t.Cleanup(func() { dockerQuiet("network", "rm", network) }) // Runs after the containers' cleanups.
-
-	var names, seeds []string
-	for i := range nodes {
-		name := fmt.Sprintf("sl-%s-%c", id, 'a'+i)
-		names = append(names, name)
-		seeds = append(seeds, name+":"+gossipPort)
-	}
-	c := &cluster{t: t, addr: map[string]string{}}
-	for _, name := range names {
-		c.start(image, network, name, strings.Join(seeds, ","))
-	}
-
-	// All three see each other and are ready.
-	for _, name := range names {
-		c.eventually(60*time.Second, func() error { return c.wantMembers(name, names) })
-		c.eventually(10*time.Second, func() error { return c.wantReady(name) })
-	}
-
+	c, names, _ := startCluster(t)
 	c.exactLimits(names)
 
 	// One node dies without leaving: the others keep answering and drop it.
@@ -97,6 +69,97 @@ func TestThreeNodeCluster(t *testing.T) {
 		}
 	}
 }
+
+// startCluster builds the image and starts three joined nodes on a private
+// network, waiting until each lists all three and is ready. It skips the
+// test when there is no Docker engine.
+func startCluster(t *testing.T) (c *cluster, names []string, network string) {
+	t.Helper()
+	if _, err := exec.LookPath("go"); err != nil {
+		t.Skip("go not on PATH: cannot build the binary for the image")
+	}
+	if out, err := exec.Command("docker", "info").CombinedOutput(); err != nil {
+		t.Skipf("no Docker engine reachable (docker info: %v): %s", err, lastLine(out))
+	}
+	id := randomID(t)
+	image := buildImage(t, id)
+	network = "sl-test-" + id
+	docker(t, "network", "create", network)
+	t.Cleanup(func() { dockerQuiet("network", "rm", network) }) // Runs after the containers' cleanups.
+
+	var seeds []string
+	for i := range nodes {
+		name := fmt.Sprintf("sl-%s-%c", id, 'a'+i)
+		names = append(names, name)
+		seeds = append(seeds, name+":"+gossipPort)
+	}
+	c = &cluster{t: t, addr: map[string]string{}}
+	for _, name := range names {
+		c.start(image, network, name, strings.Join(seeds, ","))
+	}
+	for _, name := range names {
+		c.eventually(60*time.Second, func() error { return c.wantMembers(name, names) })
+		c.eventually(10*time.Second, func() error { return c.wantReady(name) })
+	}
+	return c, names, network
+}
+
+// TestPartitionHeals cuts one node off the network (it keeps running): the
+// two others keep answering every check without an item error and drop it
+// from their ring; when the network is back, the three form one ring again
+// without any restart.
+func TestPartitionHeals(t *testing.T) {
+	c, names, network := startCluster(t)
+	cut, alive := names[nodes-1], names[:nodes-1]
+	docker(t, "network", "disconnect", network, cut)
+	round := 0
+	for _, name := range alive {
+		c.eventually(deadNodeTimeout, func() error {
+			round++
+			c.checkNoErrors(name, round)
+			return c.wantMembers(name, alive)
+		})
+	}
+	for _, name := range alive {
+		for _, owner := range c.checkNoErrors(name, -1) {
+			if !slices.Contains(alive, owner) {
+				t.Errorf("during the partition %s reports owner %q, want one of %v", name, owner, alive)
+			}
+		}
+	}
+	docker(t, "network", "connect", network, cut)
+	healed := time.Now()
+	// The periodic rejoin (every 30 s) merges the two sides.
+	for _, name := range alive {
+		c.eventually(healTimeout, func() error { return c.wantMembers(name, names) })
+	}
+	t.Logf("partition healed: all three in one ring %v after the network came back", time.Since(healed).Round(time.Millisecond))
+	// Both sides route every key to the same owner again, the healed node
+	// among them.
+	var batch []check
+	for k := range 30 {
+		batch = append(batch, check{Name: "dockertest-heal", UniqueKey: fmt.Sprintf("heal-%02d", k),
+			Limit: 10, DurationMs: window.Milliseconds(), Algorithm: "TOKEN_BUCKET"})
+	}
+	c.eventually(10*time.Second, func() error {
+		seen := map[string]bool{}
+		a, b := c.getRateLimits(alive[0], batch), c.getRateLimits(alive[1], batch)
+		for k := range batch {
+			if a[k].Metadata["owner"] != b[k].Metadata["owner"] {
+				return fmt.Errorf("key %s: owner %q via %s, %q via %s", batch[k].UniqueKey, a[k].Metadata["owner"], alive[0], b[k].Metadata["owner"], alive[1])
+			}
+			seen[a[k].Metadata["owner"]] = true
+		}
+		if !seen[cut] {
+			return fmt.Errorf("no key owned by the healed node %s: %v", cut, seen)
+		}
+		return nil
+	})
+}
+
+// healTimeout bounds how long a healed partition may take to merge: one
+// rejoin interval (30 s) plus slack.
+const healTimeout = 60 * time.Second
 
 // deadNodeTimeout bounds how long the survivors may list a killed node.
 // memberlist's LAN profile suspects a silent node within ~2 s and declares it
