@@ -97,15 +97,13 @@ func idleFixed(c cell, now int64) bool {
 // A key's state is one word updated by compare-and-swap while it packs
 // (see packFixed); otherwise it moves under the entry's mutex until it
 // packs again. All methods are safe for concurrent use.
-type Fixed struct {
-	t *table.Table[*cell]
-}
+type Fixed struct{ hybridTable }
 
 var fixedCodec = codec{pack: packFixed, unpack: unpackFixed, decide: decideFixed, idle: idleFixed}
 
 // NewFixed returns an empty FIXED_WINDOW table.
 func NewFixed(cfg table.Config) *Fixed {
-	return &Fixed{t: table.New(cfg, fixedCodec.retire)}
+	return &Fixed{hybridTable{table.New(cfg, fixedCodec.retire)}}
 }
 
 // Take applies hits to key under r at now (Unix ns). r must be valid.
@@ -127,15 +125,5 @@ func (f *Fixed) Take(key string, now int64, r limit.Rule, hits int64) limit.Deci
 		}
 	}
 }
-
-// Sweep retires up to about budget keys whose window ended at least a
-// second before now, and returns how many it removed.
-func (f *Fixed) Sweep(now int64, budget int) int { return f.t.Sweep(clampTime(now), budget) }
-
-// Len returns how many keys are held.
-func (f *Fixed) Len() int { return f.t.Len() }
-
-// Evicted returns how many keys were evicted to respect the key cap.
-func (f *Fixed) Evicted() uint64 { return f.t.Evicted() }
 
 var _ limit.Limiter = (*Fixed)(nil)

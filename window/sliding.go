@@ -121,15 +121,13 @@ func idleSliding(c cell, now int64) bool {
 // A key's state is one word updated by compare-and-swap while it packs
 // (see packSliding); otherwise it moves under the entry's mutex until it
 // packs again. All methods are safe for concurrent use.
-type Sliding struct {
-	t *table.Table[*cell]
-}
+type Sliding struct{ hybridTable }
 
 var slidingCodec = codec{pack: packSliding, unpack: unpackSliding, decide: decideSliding, idle: idleSliding}
 
 // NewSliding returns an empty SLIDING_WINDOW table.
 func NewSliding(cfg table.Config) *Sliding {
-	return &Sliding{t: table.New(cfg, slidingCodec.retire)}
+	return &Sliding{hybridTable{table.New(cfg, slidingCodec.retire)}}
 }
 
 // Take applies hits to key under r at now (Unix ns). r must be valid.
@@ -151,15 +149,5 @@ func (s *Sliding) Take(key string, now int64, r limit.Rule, hits int64) limit.De
 		}
 	}
 }
-
-// Sweep retires up to about budget keys whose estimate has been 0 for at
-// least a second at now, and returns how many it removed.
-func (s *Sliding) Sweep(now int64, budget int) int { return s.t.Sweep(clampTime(now), budget) }
-
-// Len returns how many keys are held.
-func (s *Sliding) Len() int { return s.t.Len() }
-
-// Evicted returns how many keys were evicted to respect the key cap.
-func (s *Sliding) Evicted() uint64 { return s.t.Evicted() }
 
 var _ limit.Limiter = (*Sliding)(nil)
