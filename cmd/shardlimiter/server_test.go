@@ -347,12 +347,12 @@ func TestBadItemsOverGRPC(t *testing.T) {
 		tc.mod(bad)
 		req.Requests = append(req.Requests, good(), bad)
 	}
-	resp, err := client.GetRateLimits(context.Background(), req)
-	if err == nil || status.Code(err) != codes.InvalidArgument {
+	if _, err := client.GetRateLimits(context.Background(), req); status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("batch of %d over --max-batch 20: err = %v, want InvalidArgument", len(req.Requests), err)
 	}
 	req.Requests = req.Requests[:20]
-	if resp, err = client.GetRateLimits(context.Background(), req); err != nil {
+	resp, err := client.GetRateLimits(context.Background(), req)
+	if err != nil {
 		t.Fatal(err)
 	}
 	for i, tc := range cases[:10] {
