@@ -142,20 +142,7 @@ func replayLog(r limit.Rule, at []attempt) (n int64) {
 // maxInPeriod returns the most hits admitted within any span shorter than
 // P, by send times: an estimate, since the owner decided a little later.
 func maxInPeriod(p int64, at []attempt) (most int64) {
-	var in int64
-	i := 0
-	for j := range at {
-		if !at[j].admitted {
-			continue
-		}
-		in += at[j].hits
-		for ; i < j && at[j].send-at[i].send >= p; i++ {
-			if at[i].admitted {
-				in -= at[i].hits
-			}
-		}
-		most = max(most, in)
-	}
+	eachWindow(p, at, func(a attempt) int64 { return a.send }, func(in int64) { most = max(most, in) })
 	return most
 }
 
@@ -164,7 +151,18 @@ func maxInPeriod(p int64, at []attempt) (most int64) {
 // exceed L while recv_j − send_i < P, so the decisions at i and j were
 // less than P apart whatever the exact decision instants.
 func spanViolations(r limit.Rule, at []attempt) (n int64) {
-	p := int64(r.Period)
+	eachWindow(int64(r.Period), at, func(a attempt) int64 { return a.recv }, func(in int64) {
+		if in > r.Limit {
+			n++
+		}
+	})
+	return n
+}
+
+// eachWindow slides a window over the admitted attempts, in order: for
+// each admitted attempt j it calls visit with the hits admitted by the
+// attempts i ≤ j with end(j) − send(i) < p.
+func eachWindow(p int64, at []attempt, end func(attempt) int64, visit func(in int64)) {
 	var in int64
 	i := 0
 	for j := range at {
@@ -172,14 +170,11 @@ func spanViolations(r limit.Rule, at []attempt) (n int64) {
 			continue
 		}
 		in += at[j].hits
-		for ; i < j && at[j].recv-at[i].send >= p; i++ {
+		for ; i < j && end(at[j])-at[i].send >= p; i++ {
 			if at[i].admitted {
 				in -= at[i].hits
 			}
 		}
-		if in > r.Limit {
-			n++
-		}
+		visit(in)
 	}
-	return n
 }
