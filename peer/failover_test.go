@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shardlimiter/shardlimiter/internal/poll"
+
 	"github.com/shardlimiter/shardlimiter/limit"
 	"github.com/shardlimiter/shardlimiter/transport"
 )
@@ -132,7 +134,7 @@ func TestChurnUnderLoad(t *testing.T) {
 	}
 	progress := func() {
 		n := answered.Load()
-		eventually(t, 10*time.Second, func() bool { return answered.Load() > n+200 }, "checks keep flowing")
+		poll.Until(t, 10*time.Second, func() bool { return answered.Load() > n+200 }, "checks keep flowing")
 	}
 	progress()
 	a := c.add()

@@ -9,22 +9,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shardlimiter/shardlimiter/internal/poll"
+
 	"github.com/shardlimiter/shardlimiter/limit"
 	"github.com/shardlimiter/shardlimiter/ring"
 	"github.com/shardlimiter/shardlimiter/transport"
 )
-
-// eventually polls cond every 10 ms until it holds or timeout passes.
-func eventually(t *testing.T, timeout time.Duration, cond func() bool, format string, args ...any) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %v: "+format, append([]any{timeout}, args...)...)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
 
 // staticGossip is a membership the test controls: every node of a
 // testCluster sees the same member list, changed by the test.
@@ -135,7 +125,7 @@ func (c *testCluster) add() *testNode {
 func (c *testCluster) waitConverged() {
 	c.t.Helper()
 	want := names(c.members())
-	eventually(c.t, 5*time.Second, func() bool {
+	poll.Until(c.t, 5*time.Second, func() bool {
 		for _, tn := range c.running() {
 			if !slices.Equal(names(tn.node.view.Load().snap.Members()), want) {
 				return false

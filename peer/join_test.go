@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/shardlimiter/shardlimiter/internal/poll"
 )
 
 func TestParseSeed(t *testing.T) {
@@ -188,7 +190,7 @@ func TestJoinRetryUntilSeedUp(t *testing.T) {
 	seedAddr := reserveAddr(t)
 	log, buf := testLogger(t)
 	a := startGossip(t, "node-a", "127.0.0.1:0", MembershipConfig{Seeds: []string{seedAddr}, JoinRetry: 20 * time.Millisecond, Logger: log})
-	waitFor(t, 5*time.Second, "a few join attempts", func() bool { return a.m.joinAttempts.Load() >= 12 })
+	poll.Until(t, 5*time.Second, func() bool { return a.m.joinAttempts.Load() >= 12 }, "%s", "a few join attempts")
 	if a.m.Joined() {
 		t.Fatal("Joined() = true while the seed is down")
 	}
@@ -198,8 +200,8 @@ func TestJoinRetryUntilSeedUp(t *testing.T) {
 	}
 
 	s := startGossip(t, "node-s", seedAddr, MembershipConfig{})
-	waitFor(t, 5*time.Second, "a joins the seed once it is up", a.m.Joined)
-	waitFor(t, 5*time.Second, "both see both", sees([]*gossipNode{a, s}, membersOf(a, s)))
+	poll.Until(t, 5*time.Second, a.m.Joined, "%s", "a joins the seed once it is up")
+	poll.Until(t, 5*time.Second, sees([]*gossipNode{a, s}, membersOf(a, s)), "%s", "both see both")
 }
 
 // A seed's DNS name that does not resolve yet (pod start) is retried.
@@ -215,12 +217,12 @@ func TestJoinWaitsForDNS(t *testing.T) {
 		return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
 	}
 	a := startGossip(t, "node-a", "127.0.0.1:0", MembershipConfig{Seeds: []string{"limiter.test:" + port}, Resolver: resolve})
-	waitFor(t, 5*time.Second, "a few join attempts", func() bool { return a.m.joinAttempts.Load() >= 3 })
+	poll.Until(t, 5*time.Second, func() bool { return a.m.joinAttempts.Load() >= 3 }, "%s", "a few join attempts")
 	if a.m.Joined() {
 		t.Fatal("Joined() = true before the seed name resolves")
 	}
 	ready.Store(true)
-	waitFor(t, 5*time.Second, "both see both once DNS answers", sees([]*gossipNode{a, s}, membersOf(a, s)))
+	poll.Until(t, 5*time.Second, sees([]*gossipNode{a, s}, membersOf(a, s)), "%s", "both see both once DNS answers")
 }
 
 // A seed list that includes the node itself is harmless: alone, it starts a
@@ -229,12 +231,12 @@ func TestJoinSeedIsSelf(t *testing.T) {
 	t.Parallel()
 	aAddr, bAddr := reserveAddr(t), reserveAddr(t)
 	a := startGossip(t, "node-a", aAddr, MembershipConfig{Seeds: []string{aAddr}})
-	waitFor(t, 5*time.Second, "a, its own only seed, starts a cluster", a.m.Joined)
+	poll.Until(t, 5*time.Second, a.m.Joined, "%s", "a, its own only seed, starts a cluster")
 	if a.m.joinAttempts.Load() != 1 {
 		t.Errorf("a joined after %d attempts, want 1", a.m.joinAttempts.Load())
 	}
 	b := startGossip(t, "node-b", bAddr, MembershipConfig{Seeds: []string{bAddr, aAddr}})
-	waitFor(t, 5*time.Second, "b joins a", sees([]*gossipNode{a, b}, membersOf(a, b)))
+	poll.Until(t, 5*time.Second, sees([]*gossipNode{a, b}, membersOf(a, b)), "%s", "b joins a")
 }
 
 // Two nodes that each started alone (seeds resolving to themselves only) are
@@ -259,12 +261,12 @@ func TestJoinRejoinMergesClusters(t *testing.T) {
 	a := startGossip(t, "node-a", aAddr, cfg)
 	cfg.Resolver = dns(bIP)
 	b := startGossip(t, "node-b", bAddr, cfg)
-	waitFor(t, 5*time.Second, "each starts alone", func() bool { return a.m.Joined() && b.m.Joined() })
+	poll.Until(t, 5*time.Second, func() bool { return a.m.Joined() && b.m.Joined() }, "%s", "each starts alone")
 	if len(a.m.Members()) != 1 || len(b.m.Members()) != 1 {
 		t.Fatalf("members before the rejoin: %v and %v, want one each", a.m.Members(), b.m.Members())
 	}
 	both.Store(true)
-	waitFor(t, 5*time.Second, "the rejoin merges them", sees([]*gossipNode{a, b}, membersOf(a, b)))
+	poll.Until(t, 5*time.Second, sees([]*gossipNode{a, b}, membersOf(a, b)), "%s", "the rejoin merges them")
 }
 
 // AdvertiseAddr may be a DNS name, resolved when Run starts; peers then see
@@ -291,7 +293,7 @@ func TestJoinAdvertiseName(t *testing.T) {
 	}
 	b := startGossip(t, "node-b", "127.0.0.1:0", MembershipConfig{Seeds: []string{m.LocalAddr()}})
 	a.grpc = net.JoinHostPort(ip, "8081")
-	waitFor(t, 5*time.Second, "b sees adv at its advertised IP", sees([]*gossipNode{b}, membersOf(a, b)))
+	poll.Until(t, 5*time.Second, sees([]*gossipNode{b}, membersOf(a, b)), "%s", "b sees adv at its advertised IP")
 
 	bad, err := NewMembership(MembershipConfig{NodeName: "x", BindAddr: "127.0.0.1:0", AdvertiseAddr: "nowhere.test", GRPCAddr: "h:1",
 		Resolver: fakeDNS(nil)})

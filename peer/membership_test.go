@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shardlimiter/shardlimiter/internal/poll"
+
 	"github.com/hashicorp/memberlist"
 	"go.uber.org/goleak"
 
@@ -41,20 +43,6 @@ func TestMain(m *testing.M) {
 		}
 	}
 	os.Exit(code)
-}
-
-// waitFor polls cond every 10 ms until it holds and returns how long that
-// took; past timeout the test fails with what.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) time.Duration {
-	t.Helper()
-	start := time.Now()
-	for !cond() {
-		if time.Since(start) > timeout {
-			t.Fatalf("not within %v: %s", timeout, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	return time.Since(start)
 }
 
 // logBuf collects a test's log lines; they are printed if the test fails.
@@ -181,7 +169,7 @@ func startCluster(t *testing.T, n int) []*gossipNode {
 		}
 		nodes = append(nodes, startGossip(t, fmt.Sprintf("node-%c", 'a'+i), "127.0.0.1:0", cfg))
 	}
-	waitFor(t, 10*time.Second, fmt.Sprintf("%d nodes converge", n), sees(nodes, membersOf(nodes...)))
+	poll.Until(t, 10*time.Second, sees(nodes, membersOf(nodes...)), "%s", fmt.Sprintf("%d nodes converge", n))
 	return nodes
 }
 
@@ -226,7 +214,7 @@ func TestMembershipLeave(t *testing.T) {
 		t.Fatalf("Leave() = %v", err)
 	}
 	returned := time.Since(start)
-	waitFor(t, 3*time.Second, "a and b drop c after its Leave", sees([]*gossipNode{a, b}, membersOf(a, b)))
+	poll.Until(t, 3*time.Second, sees([]*gossipNode{a, b}, membersOf(a, b)), "%s", "a and b drop c after its Leave")
 	t.Logf("graceful leave: both peers dropped the node %v after Leave was called (Leave returned after %v)", time.Since(start), returned)
 	select {
 	case <-a.m.Changed():
@@ -255,7 +243,7 @@ func TestMembershipCrashDetected(t *testing.T) {
 			start := time.Now()
 			crashed.stop(t) // memberlist Shutdown, no Leave: sockets close
 			stopped := time.Since(start)
-			waitFor(t, 10*time.Second, "survivors drop the crashed node", sees(survivors, membersOf(survivors...)))
+			poll.Until(t, 10*time.Second, sees(survivors, membersOf(survivors...)), "%s", "survivors drop the crashed node")
 			t.Logf("crash with %d nodes: all survivors dropped the node %v after the crash (Run took %v to stop)", n, time.Since(start), stopped)
 		})
 	}
@@ -273,8 +261,7 @@ func TestMembershipRestartSameName(t *testing.T) {
 	if c2.grpc == c.grpc || c2.m.LocalAddr() == c.m.LocalAddr() {
 		t.Fatalf("restart reused an address: %s/%s", c2.grpc, c2.m.LocalAddr())
 	}
-	took := waitFor(t, 20*time.Second, "all see the restarted node's new gRPC address",
-		sees([]*gossipNode{a, b, c2}, membersOf(a, b, c2)))
+	took := poll.Until(t, 20*time.Second, sees([]*gossipNode{a, b, c2}, membersOf(a, b, c2)), "%s", "all see the restarted node's new gRPC address")
 	t.Logf("restart under the same name at a new address: all saw the new address %v after the crash (%v after the restart)", time.Since(start), took)
 }
 
@@ -318,7 +305,7 @@ func TestMembershipNoSeeds(t *testing.T) {
 		t.Error("Joined() = false with no seeds")
 	}
 	want := []ring.Member{{Name: "solo", Addr: "127.0.0.1:8081"}}
-	waitFor(t, 2*time.Second, "solo sees itself", func() bool { return slices.Equal(m.Members(), want) })
+	poll.Until(t, 2*time.Second, func() bool { return slices.Equal(m.Members(), want) }, "%s", "solo sees itself")
 	cancel()
 	if err := <-done; err != nil {
 		t.Errorf("Run() = %v", err)
@@ -348,7 +335,7 @@ func TestMembershipSkipsUndecodableMeta(t *testing.T) {
 	if _, err := alien.Join([]string{a.m.LocalAddr()}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "a hears of alien", func() bool { return strings.Contains(a.m.memberDump(), "alien") })
+	poll.Until(t, 5*time.Second, func() bool { return strings.Contains(a.m.memberDump(), "alien") }, "%s", "a hears of alien")
 	for range 3 {
 		if got := a.m.Members(); !slices.Equal(got, membersOf(a)) {
 			t.Errorf("Members() = %v, want only node-a (alien's metadata is undecodable)", got)
@@ -428,7 +415,7 @@ func TestMembershipRunStops(t *testing.T) {
 		<-m.Started()
 		nodes, cancels, dones = append(nodes, m), append(cancels, cancel), append(dones, done)
 	}
-	waitFor(t, 5*time.Second, "n1 joins n0", func() bool { return nodes[1].Joined() && len(nodes[0].Members()) == 2 })
+	poll.Until(t, 5*time.Second, func() bool { return nodes[1].Joined() && len(nodes[0].Members()) == 2 }, "%s", "n1 joins n0")
 	if err := nodes[0].Run(context.Background()); err == nil {
 		t.Error("second Run() = nil, want an error")
 	}
@@ -438,7 +425,7 @@ func TestMembershipRunStops(t *testing.T) {
 			t.Errorf("Run() = %v", err)
 		}
 	}
-	waitFor(t, 5*time.Second, "no goroutine left after Run returned", func() bool { return goleak.Find(before) == nil })
+	poll.Until(t, 5*time.Second, func() bool { return goleak.Find(before) == nil }, "%s", "no goroutine left after Run returned")
 	goleak.VerifyNone(t, before)
 
 	m, _ := NewMembership(MembershipConfig{NodeName: "x", GRPCAddr: "h:1"})

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shardlimiter/shardlimiter/internal/poll"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 
@@ -191,7 +193,7 @@ func TestPeerClientMergesWhileBusy(t *testing.T) {
 	for i := range callers {
 		waiting = append(waiting, goForward(ctx, c, fmt.Sprint("c", i), each))
 	}
-	eventually(t, 10*time.Second, "all callers queued", func() bool { return queued(c) == callers*each })
+	poll.Until(t, 10*time.Second, func() bool { return queued(c) == callers*each }, "%s", "all callers queued")
 	if len(o.arrived) != 0 {
 		t.Fatalf("a batch was sent while every slot was busy")
 	}
@@ -240,7 +242,7 @@ func TestPeerClientMaxBatch(t *testing.T) {
 				total += n
 			}
 			if tt.blocker {
-				eventually(t, 10*time.Second, "all calls queued", func() bool { return queued(c) == total })
+				poll.Until(t, 10*time.Second, func() bool { return queued(c) == total }, "%s", "all calls queued")
 				o.release()
 			}
 			for _, ch := range all {
@@ -314,7 +316,7 @@ func TestPeerClientClose(t *testing.T) {
 	for i := range 5 {
 		all = append(all, goForward(ctx, c, fmt.Sprint("q", i), i+1))
 	}
-	eventually(t, 10*time.Second, "all calls queued", func() bool { return queued(c) == 15 })
+	poll.Until(t, 10*time.Second, func() bool { return queued(c) == 15 }, "%s", "all calls queued")
 	if err := c.Close(); err != nil {
 		t.Fatalf("Close = %v", err)
 	}
@@ -340,7 +342,7 @@ func TestPeerClientCallerGone(t *testing.T) {
 	o.nextArrival(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	b := goForward(ctx, c, "b", 4)
-	eventually(t, 10*time.Second, "b queued", func() bool { return queued(c) == 4 })
+	poll.Until(t, 10*time.Second, func() bool { return queued(c) == 4 }, "%s", "b queued")
 	cancel()
 	if r := <-b; !errors.Is(r.err, context.Canceled) || r.results != nil {
 		t.Fatalf("Forward with canceled ctx = %v, %v, want nil, context.Canceled", r.results, r.err)
@@ -418,7 +420,7 @@ func TestPeerClientCloseWhileForwarding(t *testing.T) {
 			}
 		})
 	}
-	eventually(t, 10*time.Second, "some calls answered", func() bool { return answered.Load() >= 20 })
+	poll.Until(t, 10*time.Second, func() bool { return answered.Load() >= 20 }, "%s", "some calls answered")
 	_ = c.Close()
 	wg.Wait()
 }

@@ -97,18 +97,6 @@ func dialClient(t testing.TB, target string, opts ...grpc.DialOption) *Client {
 	return c
 }
 
-// eventually polls cond until it holds or timeout passes.
-func eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not true after %v", what, timeout)
-		}
-		time.Sleep(time.Millisecond) // polling interval, not a wait for an event
-	}
-}
-
 // mkCheck returns a valid token-bucket check of hits on key.
 func mkCheck(key string, hits int64) limit.Check {
 	return limit.Check{Name: "rule", Key: key, Hits: hits,

@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shardlimiter/shardlimiter/internal/poll"
+
 	"github.com/shardlimiter/shardlimiter/limit"
 	"github.com/shardlimiter/shardlimiter/transport"
 )
@@ -140,14 +142,14 @@ func TestThreeProcessesOnDistinctAddresses(t *testing.T) {
 	for _, h := range hosts {
 		procs = append(procs, startProc(t, bin, h, port, seed))
 	}
-	eventually(t, 20*time.Second, func() bool {
+	poll.Until(t, 20*time.Second, func() bool {
 		for _, p := range procs {
 			if len(members(p)) != 3 {
 				return false
 			}
 		}
 		return true
-	})
+	}, "condition")
 
 	clients := make([]*transport.Client, len(procs))
 	for i, p := range procs {

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shardlimiter/shardlimiter/internal/poll"
+
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -187,14 +189,14 @@ func TestHealthReadyClusterMetrics(t *testing.T) {
 	t.Parallel()
 	s := serve(t)
 	// The serving line comes before gossip has started: ready soon after.
-	eventually(t, 5*time.Second, func() bool {
+	poll.Until(t, 5*time.Second, func() bool {
 		resp, err := http.Get("http://" + s.http + "/readyz")
 		if err != nil {
 			return false
 		}
 		resp.Body.Close()
 		return resp.StatusCode == http.StatusOK
-	})
+	}, "condition")
 	for path, want := range map[string]string{
 		"/healthz":    "ok",
 		"/readyz":     "ready",
@@ -227,23 +229,23 @@ func TestShutdownAnswersAcceptedRequests(t *testing.T) {
 	body := `{"requests":[{"name":"r","unique_key":"k","hits":1,"limit":5,"duration_ms":1000}]}`
 	fmt.Fprintf(conn, "POST /v1/GetRateLimits HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body[:10])
 	// The server is up and our connection is accepted before shutdown.
-	eventually(t, 5*time.Second, func() bool {
+	poll.Until(t, 5*time.Second, func() bool {
 		resp, err := http.Get("http://" + s.http + "/healthz")
 		if err == nil {
 			resp.Body.Close()
 		}
 		return err == nil
-	})
+	}, "condition")
 	s.stop()
 	// Shutdown has begun once the listener refuses new connections; it is
 	// then waiting for our request. Send the rest of the body.
-	eventually(t, 5*time.Second, func() bool {
+	poll.Until(t, 5*time.Second, func() bool {
 		c, err := net.Dial("tcp", s.http)
 		if err == nil {
 			c.Close()
 		}
 		return err != nil
-	})
+	}, "condition")
 	if _, err := io.WriteString(conn, body[10:]); err != nil {
 		t.Fatal(err)
 	}
@@ -254,17 +256,6 @@ func TestShutdownAnswersAcceptedRequests(t *testing.T) {
 	b, _ := io.ReadAll(resp.Body)
 	if resp.StatusCode != 200 || !strings.Contains(string(b), "UNDER_LIMIT") {
 		t.Fatalf("answer = %d %s", resp.StatusCode, b)
-	}
-}
-
-func eventually(t *testing.T, timeout time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("condition not met within %v", timeout)
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }
 
@@ -393,7 +384,7 @@ func TestHealthFollowsReadiness(t *testing.T) {
 		}
 		var got healthpb.HealthCheckResponse_ServingStatus
 		var code int
-		eventually(t, 5*time.Second, func() bool {
+		poll.Until(t, 5*time.Second, func() bool {
 			r, err := healthpb.NewHealthClient(conn).Check(context.Background(), &healthpb.HealthCheckRequest{})
 			if err == nil {
 				got = r.Status
@@ -404,6 +395,6 @@ func TestHealthFollowsReadiness(t *testing.T) {
 				resp.Body.Close()
 			}
 			return got == want && (code == 200) == tc.ready
-		})
+		}, "condition")
 	}
 }

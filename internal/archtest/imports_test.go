@@ -31,6 +31,15 @@ var allowed = map[string][]string{
 	"cmd/shardlimiter":  {"*"},
 	"loadtest":          {"limit", "transport", "internal/wide"},
 	"internal/archtest": {},
+	"internal/poll":     {},
+}
+
+// thirdParty lists, for the packages that are restricted, the modules
+// outside the project and the standard library their non-test files may
+// import: the wire speaks gRPC and protobuf and exports Prometheus metrics,
+// nothing else (membership, for one, is gossip/'s business).
+var thirdParty = map[string][]string{
+	"transport": {"google.golang.org/grpc", "google.golang.org/protobuf", "github.com/prometheus/client_golang"},
 }
 
 // leaves never read the clock, log or start goroutines (DESIGN.md §2): time
@@ -89,6 +98,9 @@ func checkFile(t *testing.T, path, pkg string) {
 	for _, imp := range f.Imports {
 		p := strings.Trim(imp.Path.Value, `"`)
 		if !strings.HasPrefix(p, module+"/") {
+			if allowedOutside, ok := thirdParty[pkg]; ok && !stdlib(p) && !hasPrefixIn(p, allowedOutside) {
+				t.Errorf("%s: %s imports %s; allowed outside the project: %v", path, pkg, p, allowedOutside)
+			}
 			continue
 		}
 		dep := strings.TrimPrefix(p, module+"/")
@@ -96,6 +108,22 @@ func checkFile(t *testing.T, path, pkg string) {
 			t.Errorf("%s: %s imports %s; allowed: %v (DESIGN.md §2)", path, pkg, dep, allow)
 		}
 	}
+}
+
+// stdlib reports whether p is a standard library import path: its first
+// element has no dot.
+func stdlib(p string) bool {
+	first, _, _ := strings.Cut(p, "/")
+	return !strings.Contains(first, ".")
+}
+
+func hasPrefixIn(p string, prefixes []string) bool {
+	for _, pre := range prefixes {
+		if p == pre || strings.HasPrefix(p, pre+"/") {
+			return true
+		}
+	}
+	return false
 }
 
 func fileExists(p string) bool {
