@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/shardlimiter/shardlimiter/limit"
@@ -19,6 +18,7 @@ import (
 type peerSet struct {
 	cfg     transport.PeerConfig
 	backoff time.Duration // first suspension after a failed forward
+	now     func() int64  // the node's clock, Unix ns
 	mu      sync.Mutex
 	clients map[string]*peerClient // guarded by mu
 	closed  bool                   // guarded by mu
@@ -28,22 +28,8 @@ type peerSet struct {
 type peerClient struct {
 	addr string
 	c    *transport.PeerClient
-	// downUntil (Unix ns) suspends forwarding to a peer that just timed out
-	// or refused: until then its checks go straight to the fail policy
-	// instead of each waiting for its own timeout. The first forward after
-	// it is the probe. backoff doubles on each failure, up to
-	// maxBackoffFactor times the first, and
-	// resets on a success, so a peer that comes back is used again within
-	// a fraction of a second (Config.PeerBackoff), not after a long latch.
-	downUntil atomic.Int64
-	backoff   atomic.Int64
+	down *suspension
 }
-
-// maxBackoffFactor caps a peer's suspension at this many times the first
-// one: a short, growing back-off, never a latch (DESIGN.md §5). Gossip
-// declares a dead peer in ~3 s; until then the suspension keeps one
-// unreachable owner from costing every check a timeout.
-const maxBackoffFactor = 20
 
 // errSuspended answers forwards to a suspended peer.
 var errSuspended = fmt.Errorf("peer: owner suspended after a failed forward: %w", transport.ErrUnavailable)
@@ -55,18 +41,15 @@ func (s *peerSet) forward(ctx context.Context, owner ring.Member, checks []limit
 	if err != nil {
 		return nil, err
 	}
-	now := time.Now().UnixNano()
-	if now < pc.downUntil.Load() {
+	if !pc.down.allow(s.now()) {
 		return nil, errSuspended
 	}
 	out, err := pc.c.Forward(ctx, checks)
 	switch {
 	case err == nil:
-		pc.backoff.Store(0)
+		pc.down.succeeded()
 	case ctx.Err() == nil && (errors.Is(err, transport.ErrTimeout) || errors.Is(err, transport.ErrUnavailable)):
-		b := min(max(2*pc.backoff.Load(), int64(s.backoff)), maxBackoffFactor*int64(s.backoff))
-		pc.backoff.Store(b)
-		pc.downUntil.Store(time.Now().UnixNano() + b)
+		pc.down.failed(s.now()) // the time of the failure, not of the send
 	}
 	return out, err
 }
@@ -90,7 +73,7 @@ func (s *peerSet) client(m ring.Member) (*peerClient, error) {
 	if s.clients == nil {
 		s.clients = make(map[string]*peerClient)
 	}
-	pc := &peerClient{addr: m.Addr, c: c}
+	pc := &peerClient{addr: m.Addr, c: c, down: newSuspension(s.backoff)}
 	s.clients[m.Name] = pc
 	return pc, nil
 }

@@ -31,26 +31,19 @@ func ExampleNew() {
 	// node-a 3 1
 }
 
-func ExampleRing() {
-	var r ring.Ring // holds nil until the first Store
-	fmt.Println(r.Load() == nil)
-
-	// The membership goroutine builds and publishes a snapshot ...
+func ExampleSnapshot_IndexOf() {
 	s, err := ring.New([]ring.Member{{Name: "node-a"}, {Name: "node-b"}}, 7, ring.Config{})
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
-	r.Store(s)
-
-	// ... and a request handler loads it once per batch and routes with it.
-	snap := r.Load()
-	self := snap.IndexOf("node-a")
+	// A node finds itself once per snapshot, then routes a whole batch with
+	// that snapshot: a key is local when its owner index is its own.
+	self := s.IndexOf("node-a")
 	for _, key := range []string{"account:1", "account:2", "account:3", "account:4"} {
-		fmt.Println(key, "local:", snap.OwnerIndex(key) == self, "version:", snap.Version())
+		fmt.Println(key, "local:", s.OwnerIndex(key) == self, "version:", s.Version())
 	}
 	// Output:
-	// true
 	// account:1 local: false version: 7
 	// account:2 local: false version: 7
 	// account:3 local: false version: 7

@@ -1,0 +1,47 @@
+package peer
+
+import (
+	"sync/atomic"
+	"time"
+)
+
+// suspension is the forwarding back-off of one peer. After a forward to the
+// peer timed out or was refused, forwarding is suspended for a while: the
+// checks bound there go straight to the fail policy instead of each waiting
+// for its own timeout, and the first forward after the suspension ends is
+// the probe. The suspension starts at first, doubles on each further
+// failure up to maxBackoffFactor × first, and a success resets it, so a peer
+// that comes back is used again within a fraction of a second
+// (Config.PeerBackoff), never after a long latch (DESIGN.md §5).
+//
+// It reads no clock: every method takes the caller's now (Unix ns). Its
+// methods are safe for concurrent use; concurrent failures may each extend
+// the suspension, which only ever errs on the side of waiting.
+type suspension struct {
+	first   int64        // ns; > 0
+	until   atomic.Int64 // Unix ns before which forwarding is suspended
+	backoff atomic.Int64 // the last suspension's length, ns; 0 after a success
+}
+
+// maxBackoffFactor caps a peer's suspension at this many times the first
+// one. Gossip declares a dead peer in ~3 s; until then the suspension keeps
+// one unreachable owner from costing every check a timeout.
+const maxBackoffFactor = 20
+
+func newSuspension(first time.Duration) *suspension {
+	return &suspension{first: int64(first)}
+}
+
+// allow reports whether a forward may be sent at now.
+func (s *suspension) allow(now int64) bool { return now >= s.until.Load() }
+
+// failed records a forward that timed out or was refused at now.
+func (s *suspension) failed(now int64) {
+	b := min(max(2*s.backoff.Load(), s.first), maxBackoffFactor*s.first)
+	s.backoff.Store(b)
+	s.until.Store(now + b)
+}
+
+// succeeded records a forward that was answered: the next failure starts
+// the back-off from first again.
+func (s *suspension) succeeded() { s.backoff.Store(0) }
