@@ -157,6 +157,7 @@ func New(cfg Config) (*Node, error) {
 	}
 	n.keyBufs.New = func() any { return &keyBuf{b: make([]byte, 0, 64)} }
 	n.peers.cfg, n.peers.backoff = cfg.Peer, cfg.PeerBackoff
+	n.peers.now = func() int64 { return n.cfg.Now().UnixNano() }
 	n.m = newMetrics(cfg.Registerer, n)
 	if err := n.rebuild([]ring.Member{n.selfMember()}); err != nil {
 		return nil, err
