@@ -183,3 +183,33 @@ func (s *Snapshot) Shares() map[string]float64 {
 	}
 	return shares
 }
+
+// Partitions returns the number of partitions (Config.PartitionCount).
+func (s *Snapshot) Partitions() int { return len(s.owners) }
+
+// PartitionOf returns the partition of key. Keys change owner in whole
+// partitions, so state can be moved partition by partition.
+func (s *Snapshot) PartitionOf(key string) int {
+	return int(xxhash.Sum64String(key) % s.modulus)
+}
+
+// PartitionOwner returns the index in Members of the member that owns
+// partition p (0 <= p < Partitions).
+func (s *Snapshot) PartitionOwner(p int) int { return int(s.owners[p]) }
+
+// Without returns the snapshot of the same members less the one called
+// name, with the same version and Config: the owners the cluster will have
+// once that member is gone. A node replicates the keys it owns to their
+// owner in Without(itself), so that when it dies its keys move to exactly
+// the node that holds their replica. It returns an error when name is not a
+// member or is the only one. It costs as much as New.
+func (s *Snapshot) Without(name string) (*Snapshot, error) {
+	i := s.IndexOf(name)
+	if i < 0 {
+		return nil, fmt.Errorf("ring: %q is not a member", name)
+	}
+	rest := make([]Member, 0, len(s.members)-1)
+	rest = append(rest, s.members[:i]...)
+	rest = append(rest, s.members[i+1:]...)
+	return New(rest, s.version, s.cfg)
+}

@@ -314,3 +314,51 @@ func FuzzNew(f *testing.F) {
 		}
 	})
 }
+
+// TestWithoutIsTheRingAfterTheMemberLeaves: the owners of Without(x) are
+// those of a snapshot built from the members less x, for every x, so the
+// node that holds a key's replica is the one that owns it once its owner is
+// gone. Keys x did not own keep their owner in most cases (bounded loads
+// may move a few).
+func TestWithoutIsTheRingAfterTheMemberLeaves(t *testing.T) {
+	t.Parallel()
+	members := namedMembers(5)
+	s := mustNew(t, members, Config{})
+	for _, gone := range members {
+		w, err := s.Without(gone.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rest []Member
+		for _, m := range members {
+			if m.Name != gone.Name {
+				rest = append(rest, m)
+			}
+		}
+		want := mustNew(t, rest, Config{})
+		if w.Len() != 4 || w.IndexOf(gone.Name) != -1 {
+			t.Fatalf("Without(%q) has %d members, index of the gone one %d", gone.Name, w.Len(), w.IndexOf(gone.Name))
+		}
+		for p := range s.Partitions() {
+			if got, exp := w.Member(w.PartitionOwner(p)), want.Member(want.PartitionOwner(p)); got != exp {
+				t.Fatalf("Without(%q): partition %d owned by %v, a ring of the rest says %v", gone.Name, p, got, exp)
+			}
+		}
+		for i := range 1000 {
+			k := "account:" + strconv.Itoa(i)
+			if s.Owner(k).Name == gone.Name && w.Owner(k).Name == gone.Name {
+				t.Fatalf("Without(%q) still routes %s to it", gone.Name, k)
+			}
+			if p := s.PartitionOf(k); s.Member(s.PartitionOwner(p)) != s.Owner(k) {
+				t.Fatalf("PartitionOwner(PartitionOf(%q)) = %v, Owner = %v", k, s.Member(s.PartitionOwner(p)), s.Owner(k))
+			}
+		}
+	}
+	if _, err := s.Without("nobody"); err == nil {
+		t.Fatal("Without(a non-member) succeeded")
+	}
+	one := mustNew(t, members[:1], Config{})
+	if _, err := one.Without(members[0].Name); err == nil {
+		t.Fatal("Without(the only member) succeeded")
+	}
+}
