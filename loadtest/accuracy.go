@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"strings"
 	"sync"
 	"time"
 
@@ -20,10 +19,17 @@ type algAccuracy struct {
 	ExpectedModel string `json:"expected_model"`
 	Keys          int    `json:"keys"`
 
-	AttemptedHits int64 `json:"attempted_hits"`
-	AdmittedHits  int64 `json:"admitted_hits"`
-	RejectedHits  int64 `json:"rejected_hits"`
-	FailedChecks  int64 `json:"failed_checks"`
+	ScheduledChecks int64 `json:"scheduled_checks"` // due by the pacing within --duration
+	AttemptedHits   int64 `json:"attempted_hits"`
+	AdmittedHits    int64 `json:"admitted_hits"`
+	RejectedHits    int64 `json:"rejected_hits"`
+	// FailedChecks = ItemErrors + RPCErrors: checks neither admitted nor
+	// rejected. DeadlineExceeded counts the RPC errors that were calls
+	// past --rpc-timeout.
+	FailedChecks     int64 `json:"failed_checks"`
+	ItemErrors       int64 `json:"item_errors"`
+	RPCErrors        int64 `json:"rpc_errors"`
+	DeadlineExceeded int64 `json:"deadline_exceeded"`
 
 	BoundHits        int64   `json:"bound_hits"`
 	OverAdmittedHits int64   `json:"over_admitted_hits"`
@@ -41,85 +47,164 @@ type algAccuracy struct {
 	// ErrorVsExactLogPct (SLIDING_WINDOW) is (admitted − exact log) /
 	// exact log, signed: how far the estimate strays from the exact log.
 	ErrorVsExactLogPct *float64 `json:"error_vs_exact_log_pct,omitempty"`
+
+	// WorstKey is the key admitted the most hits above its own bound (or,
+	// when none was over, the least below).
+	WorstKey *keyVerdict `json:"worst_key,omitempty"`
+	// Churn is what --churn did to the cluster during this run.
+	Churn *churnReport `json:"churn,omitempty"`
+}
+
+// keyVerdict is one key's admissions against its bound.
+type keyVerdict struct {
+	Key      string  `json:"key"`
+	Admitted int64   `json:"admitted_hits"`
+	Bound    int64   `json:"bound_hits"`
+	OverPct  float64 `json:"over_pct"` // (admitted − bound) / bound; negative when under
 }
 
 // accuracyShards is how many recorders the per-key senders share.
 const accuracyShards = 16
 
+// pacingLead is how far ahead of now a run's pacing starts, so that every
+// key's sender is waiting when the first checks fall due.
+const pacingLead = 10 * time.Millisecond
+
 // runAccuracy runs each algorithm in turn on fresh keys and judges it.
 func runAccuracy(ctx context.Context, cfg *config, ts []*target, metrics []string, stderr io.Writer) (*result, error) {
 	id := runID(cfg.seed)
 	before := sample(ctx, metrics)
-	start := time.Now()
-	col := newCollector(min(cfg.keys, accuracyShards), start)
+	col := newCollector(min(cfg.keys, accuracyShards), time.Now())
 	stop := col.progress(progressWriter(cfg, stderr))
 	var accs []*algAccuracy
 	for _, a := range cfg.algorithms {
-		rule := cfg.ruleFor(a)
-		logs := pace(ctx, cfg, ts, rule, keyNames(fmt.Sprintf("lt-%s-%s-", id, a), cfg.keys), col.shards)
-		if ctx.Err() != nil {
+		acc := accuracyOf(ctx, cfg, ts, a, id, col.shards, nil)
+		if acc == nil {
 			break
 		}
-		accs = append(accs, judge(rule, logs))
+		accs = append(accs, acc)
 	}
 	stop()
 	col.finish()
-	res := newResult(cfg, cfg.ruleFor(cfg.algorithms[0]), ts, col, before.until(sample(ctx, metrics)))
+	return accuracyResult(ctx, cfg, targetAddrs(ts), col, before.until(sample(ctx, metrics)), accs), nil
+}
+
+// accuracyResult builds the report of an accuracy run.
+func accuracyResult(ctx context.Context, cfg *config, targets []string, col *collector, cpu cpuDelta, accs []*algAccuracy) *result {
+	res := newResult(cfg, cfg.ruleFor(cfg.algorithms[0]), targets, col, cpu)
 	res.Loop, res.Batch, res.Concurrency, res.Dist = "paced", 1, cfg.keys, "each key paced"
 	if len(cfg.algorithms) > 1 {
-		res.Algorithm = "all"
+		res.Algorithm = algorithmList(cfg.algorithms)
 	}
 	res.setAccuracy(accs)
+	res.setPacing(cfg.accuracyRate(), accs, col)
 	res.Interrupted = ctx.Err() != nil
+	return res
+}
+
+// accuracyOf paces algorithm a's keys for --duration from a start just
+// ahead, runs during (when not nil) alongside with that start, and judges
+// the answers once both are done; nil when ctx ended first.
+func accuracyOf(ctx context.Context, cfg *config, ts []*target, a limit.Algorithm, id string, shards []*shard, during func(start time.Time)) *algAccuracy {
+	rule := cfg.ruleFor(a)
+	keys := keyNames(fmt.Sprintf("lt-%s-%s-", id, a), cfg.keys)
+	start := time.Now().Add(pacingLead)
+	var wg sync.WaitGroup
+	if during != nil {
+		wg.Go(func() { during(start) })
+	}
+	logs, scheduled := pace(ctx, cfg, ts, rule, keys, start, shards)
+	wg.Wait()
+	if ctx.Err() != nil {
+		return nil
+	}
+	acc := judge(rule, keys, logs)
+	acc.ScheduledChecks = scheduled
+	return acc
+}
+
+// runChurnAccuracy runs each algorithm on a --local cluster of its own,
+// started fresh, while the --churn schedule is applied to it, and judges
+// it. A fresh cluster per algorithm gives every run the same starting
+// shape (node numbers, addresses, no node joined or state handed off by
+// the previous run) at the cost of a cluster start per algorithm, which
+// the collector's clock includes. A judged cluster is killed, not stopped
+// gracefully: its state is discarded either way.
+func runChurnAccuracy(ctx context.Context, cfg *config, bin string, stderr io.Writer) (*result, error) {
+	log := progressWriter(cfg, stderr)
+	id := runID(cfg.seed)
+	before := sample(ctx, nil)
+	col := newCollector(min(cfg.keys, accuracyShards), time.Now())
+	stop := col.progress(log)
+	var accs []*algAccuracy
+	var targets []string
+	var err error
+	for _, a := range cfg.algorithms {
+		var acc *algAccuracy
+		var addrs []string
+		acc, addrs, err = churnAlgorithm(ctx, cfg, bin, a, id, col.shards, log)
+		if acc == nil || err != nil {
+			break
+		}
+		accs = append(accs, acc)
+		if targets == nil {
+			targets = addrs
+		}
+	}
+	stop()
+	col.finish()
+	if err != nil && ctx.Err() == nil {
+		return nil, err
+	}
+	res := accuracyResult(ctx, cfg, targets, col, before.until(sample(ctx, nil)), accs)
+	res.Churn, res.Nodes = cfg.churnSpec, cfg.local
+	res.note("churn: each algorithm runs on a fresh cluster and replays the schedule; event times are offsets from the start of its run")
+	if !cfg.entryOne {
+		res.note("churn without --entry-one: checks sent to a churned node while it is down fail and count as failed checks")
+	}
+	for _, a := range accs {
+		if a.Churn.failed() {
+			res.ChurnFailed = true
+			res.note(a.Algorithm + ": a churn event or the convergence after them failed (see churn); the run did not do what --churn asked")
+		}
+	}
 	return res, nil
 }
 
-// paced is an open-loop schedule whose latency counts from the send: the
-// pacing only fixes when checks leave, the judge uses the actual times.
-type paced struct{ *openLoop }
-
-func (paced) open() bool { return false }
-
-// pace sends single checks for each key at accuracyRate, one at a time per
-// key, check i of key k to target (k+i) mod n, and returns each key's
-// attempts in send order.
-func pace(ctx context.Context, cfg *config, ts []*target, rule limit.Rule, keys []string, shards []*shard) [][]attempt {
-	perKey := cfg.accuracyRate() / float64(len(keys))
-	start := time.Now().Add(10 * time.Millisecond)
-	end := start.Add(cfg.duration)
-	rctx, cancel := context.WithDeadline(ctx, end.Add(cfg.rpcTimeout+time.Second))
-	defer cancel()
-	logs := make([][]attempt, len(keys))
-	var wg sync.WaitGroup
-	for k, key := range keys {
-		// Key k's checks are offset by k/len(keys) of the interval, so
-		// that the keys' checks interleave evenly.
-		phase := time.Duration(float64(k) / float64(len(keys)) * 1e9 / perKey)
-		sched := paced{newOpenLoop(start.Add(phase), end, perKey)}
-		check := []limit.Check{{Name: ruleName, Key: key, Hits: cfg.hits, Rule: rule}}
-		i := k
-		do := func(ctx context.Context) outcome {
-			t := ts[i%len(ts)]
-			i++
-			send := time.Now()
-			cctx, cancel := context.WithTimeout(ctx, cfg.rpcTimeout)
-			res, err := t.conns[k%len(t.conns)].GetRateLimits(cctx, check)
-			cancel()
-			o := judgeCall(res, err)
-			logs[k] = append(logs[k], attempt{
-				send: send.UnixNano(), recv: time.Now().UnixNano(), hits: cfg.hits,
-				admitted: o.admitted > 0, failed: o.rpcErr != "" || len(o.itemErrs) > 0,
-			})
-			return o
-		}
-		wg.Go(func() { drive(rctx, sched, do, shards[k%len(shards)]) })
+// churnAlgorithm starts a cluster, measures algorithm a on it while the
+// churn schedule runs, and stops it. It returns the verdict (nil when ctx
+// ended first) and the addresses the checks went to.
+func churnAlgorithm(ctx context.Context, cfg *config, bin string, a limit.Algorithm, id string, shards []*shard, log io.Writer) (*algAccuracy, []string, error) {
+	fmt.Fprintf(log, "loadtest: %v: starting a fresh %d-node cluster\n", a, cfg.local)
+	cl, err := startLocal(ctx, cfg.local, bin, cfg.localFlags, log)
+	if err != nil {
+		return nil, nil, fmt.Errorf("local cluster: %w", err)
 	}
-	wg.Wait()
-	return logs
+	defer cl.discard()
+	addrs := cl.grpcAddrs()
+	if cfg.entryOne {
+		addrs = addrs[:1]
+	}
+	ts, err := dialTargets(addrs, cfg.conns)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer closeTargets(ts)
+	if err := probe(ctx, ts, cfg.batch); err != nil {
+		return nil, nil, err
+	}
+	var rep *churnReport
+	acc := accuracyOf(ctx, cfg, ts, a, id, shards, func(start time.Time) {
+		rep = runChurn(ctx, cl, cfg.churn, start, log)
+	})
+	if acc != nil {
+		acc.Churn = rep
+	}
+	return acc, addrs, nil
 }
 
 // judge sums each key's admissions against its bound and its exact replay.
-func judge(r limit.Rule, logs [][]attempt) *algAccuracy {
+func judge(r limit.Rule, keys []string, logs [][]attempt) *algAccuracy {
 	acc := &algAccuracy{
 		Algorithm: r.Algorithm.String(), BoundFormula: boundFormula(r.Algorithm),
 		ExpectedModel: "exact " + r.Algorithm.String() + " replayed at the send times", Keys: len(logs),
@@ -128,9 +213,9 @@ func judge(r limit.Rule, logs [][]attempt) *algAccuracy {
 		acc.ExpectedModel = "exact SLIDING_LOG replayed at the send times"
 	}
 	var violations int64
-	for _, at := range logs {
+	for k, at := range logs {
 		if len(at) > 0 {
-			violations += acc.addKey(r, at)
+			violations += acc.addKey(r, keys[k], at)
 		}
 	}
 	acc.OverAdmittedPct = pct(acc.OverAdmittedHits, acc.BoundHits)
@@ -146,12 +231,21 @@ func judge(r limit.Rule, logs [][]attempt) *algAccuracy {
 
 // addKey adds one key's attempts (at least one) and returns its span
 // violations.
-func (acc *algAccuracy) addKey(r limit.Rule, at []attempt) int64 {
+func (acc *algAccuracy) addKey(r limit.Rule, key string, at []attempt) int64 {
 	var admitted int64
 	for _, x := range at {
 		acc.AttemptedHits += x.hits
+		switch x.fail {
+		case failItem:
+			acc.ItemErrors++
+		case failDeadline:
+			acc.DeadlineExceeded++
+			acc.RPCErrors++
+		case failRPC:
+			acc.RPCErrors++
+		}
 		switch {
-		case x.failed:
+		case x.failed():
 			acc.FailedChecks++
 		case x.admitted:
 			admitted += x.hits
@@ -160,6 +254,9 @@ func (acc *algAccuracy) addKey(r limit.Rule, at []attempt) int64 {
 		}
 	}
 	b, e := bound(r, at[0].send, at[len(at)-1].recv), expected(r, at)
+	if w := acc.WorstKey; w == nil || admitted-b > w.Admitted-w.Bound {
+		acc.WorstKey = &keyVerdict{Key: key, Admitted: admitted, Bound: b, OverPct: pct(admitted-b, b)}
+	}
 	acc.AdmittedHits += admitted
 	acc.BoundHits += b
 	acc.ExpectedHits += e
@@ -174,45 +271,4 @@ func pct(n, of int64) float64 {
 		return 0
 	}
 	return 100 * float64(n) / float64(of)
-}
-
-// setAccuracy attaches the verdicts and their totals over all algorithms.
-func (r *result) setAccuracy(accs []*algAccuracy) {
-	var over, bound, under, exp int64
-	for _, a := range accs {
-		over, bound = over+a.OverAdmittedHits, bound+a.BoundHits
-		under, exp = under+a.UnderAdmitted, exp+a.ExpectedHits
-	}
-	r.Accuracy = accs
-	r.OverAdmittedPct = ptr(pct(over, bound))
-	r.UnderAdmittedPct = ptr(pct(under, exp))
-	r.note("accuracy: the owner's clock decides and the judge uses this machine's: exact when they share a clock (--local), else off by their skew")
-}
-
-func summarizeAccuracy(b *strings.Builder, r *result) {
-	p := func(format string, a ...any) { fmt.Fprintf(b, format+"\n", a...) }
-	p("accuracy    %d keys paced, limit %d per %dms, hits %d; over = admitted above the bound, under = below an exact replay",
-		r.Keys, r.Limit, r.PeriodMS, r.Hits)
-	p("  %-15s %9s %9s %9s %7s %9s %7s %10s  %s", "algorithm", "attempted", "admitted", "bound", "over%", "expected", "under%", "max/period", "")
-	for _, a := range r.Accuracy {
-		extra := ""
-		if a.SpanViolations != nil {
-			extra = fmt.Sprintf("span violations %d", *a.SpanViolations)
-		}
-		if a.ErrorVsExactLogPct != nil {
-			extra = fmt.Sprintf("vs exact log %+.2f%%", *a.ErrorVsExactLogPct)
-		}
-		if a.FailedChecks > 0 {
-			extra += fmt.Sprintf(" failed %d", a.FailedChecks)
-		}
-		p("  %-15s %9d %9d %9d %7.2f %9d %7.2f %10d  %s", a.Algorithm, a.AttemptedHits, a.AdmittedHits,
-			a.BoundHits, a.OverAdmittedPct, a.ExpectedHits, a.UnderAdmittedPct, a.MaxInPeriod, extra)
-	}
-	p("  total over %.2f%%, under %.2f%%", *r.OverAdmittedPct, *r.UnderAdmittedPct)
-	p("  expected = an exact limiter replayed at the send times (SLIDING_WINDOW: the exact sliding log); the server decides")
-	p("  up to one round trip later, so under%% includes that jitter. max/period = most hits admitted to one key within")
-	p("  one period, by send times: it can exceed an exact limit by that jitter; span violations count only certain ones.")
-	for _, a := range r.Accuracy {
-		p("  bound %-15s %s; span = first send → last answer", a.Algorithm, a.BoundFormula)
-	}
 }

@@ -11,8 +11,20 @@ type attempt struct {
 	send, recv int64 // the call left at send and was answered at recv
 	hits       int64
 	admitted   bool
-	failed     bool // an error: neither admitted nor rejected
+	fail       failure // failNone unless an error: neither admitted nor rejected
 }
+
+func (a attempt) failed() bool { return a.fail != failNone }
+
+// failure is why an attempt was neither admitted nor rejected.
+type failure uint8
+
+const (
+	failNone     failure = iota
+	failItem             // the answer carried an item error
+	failRPC              // the call failed
+	failDeadline         // the call failed past its deadline (--rpc-timeout)
+)
 
 // The bounds below are on the hits one key may be admitted while all its
 // decisions fall in [a, b]. The owner decides each check at some instant
@@ -84,7 +96,7 @@ func replayGCRA(c int64, r limit.Rule, at []attempt) (n int64) {
 	p, l := int64(r.Period), r.Limit
 	var tat int64
 	for _, x := range at {
-		if x.failed {
+		if x.failed() {
 			continue
 		}
 		base := max(tat, x.send)
@@ -101,7 +113,7 @@ func replayFixed(r limit.Rule, at []attempt) (n int64) {
 	p := int64(r.Period)
 	win, count := int64(-1), int64(0)
 	for _, x := range at {
-		if x.failed {
+		if x.failed() {
 			continue
 		}
 		if w := x.send / p; w != win {
@@ -123,7 +135,7 @@ func replayLog(r limit.Rule, at []attempt) (n int64) {
 	var log []attempt // admitted, oldest first
 	var counted int64
 	for _, x := range at {
-		if x.failed {
+		if x.failed() {
 			continue
 		}
 		for len(log) > 0 && x.send-log[0].send >= p {

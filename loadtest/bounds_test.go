@@ -90,7 +90,7 @@ func TestReplaySteps(t *testing.T) {
 		}
 	}
 	failed := at(false, 0, 0, 0)
-	failed[0].failed = true
+	failed[0].fail = failRPC
 	if got := expected(rule(limit.TokenBucket, 5, time.Second, 0), failed); got != 2 {
 		t.Errorf("a failed attempt was replayed: expected = %d, want 2", got)
 	}
@@ -150,11 +150,27 @@ func TestJudgeSumsOverAndUnder(t *testing.T) {
 	r := rule(limit.FixedWindow, 2, time.Second, 0)
 	over := at(true, 100, 200, 300)                   // 3 admitted in one window: 1 over
 	under := append(at(true, 100), at(false, 200)...) // 1 admitted where 2 fit: 1 under
-	acc := judge(r, [][]attempt{over, under})
+	acc := judge(r, []string{"over", "under"}, [][]attempt{over, under})
 	if acc.AdmittedHits != 4 || acc.BoundHits != 4 || acc.OverAdmittedHits != 1 || acc.UnderAdmitted != 1 {
 		t.Fatalf("judge = %+v; want 4 admitted, bound 4, 1 over, 1 under", acc)
 	}
 	if acc.OverAdmittedPct != 25 || acc.UnderAdmittedPct != 25 {
 		t.Errorf("over%%, under%% = %v, %v; want 25, 25", acc.OverAdmittedPct, acc.UnderAdmittedPct)
+	}
+}
+
+func TestJudgeNamesTheWorstKeyAndCountsFailures(t *testing.T) {
+	t.Parallel()
+	r := rule(limit.FixedWindow, 2, time.Second, 0)
+	fine := at(true, 100, 200)              // 2 of its bound 2
+	worst := at(true, 100, 200, 300, 400)   // 4 of its bound 2
+	failed := at(false, 100, 200, 300, 400) // none answered
+	failed[0].fail, failed[1].fail, failed[2].fail, failed[3].fail = failItem, failRPC, failDeadline, failDeadline
+	acc := judge(r, []string{"fine", "worst", "failed"}, [][]attempt{fine, worst, failed})
+	if w := acc.WorstKey; w == nil || *w != (keyVerdict{Key: "worst", Admitted: 4, Bound: 2, OverPct: 100}) {
+		t.Errorf("worst key = %+v, want worst: 4 admitted of bound 2, +100%%", w)
+	}
+	if acc.FailedChecks != 4 || acc.ItemErrors != 1 || acc.RPCErrors != 3 || acc.DeadlineExceeded != 2 {
+		t.Errorf("failed, item, rpc, deadline = %d, %d, %d, %d; want 4, 1, 3, 2", acc.FailedChecks, acc.ItemErrors, acc.RPCErrors, acc.DeadlineExceeded)
 	}
 }

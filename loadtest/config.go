@@ -57,6 +57,9 @@ type config struct {
 	hits       int64
 	seed       uint64
 
+	churn     []churnEvent // --churn, in time order; nil without
+	churnSpec string
+
 	json, quiet bool
 	cpuProfile  string // write the tool's own CPU profile here
 }
@@ -76,12 +79,13 @@ func newFlagSet(out io.Writer, c *config, r *rawFlags) *flag.FlagSet {
 	fs.SetOutput(out)
 	fs.StringVar(&r.targets, "targets", "", "comma-separated gRPC addresses (host:port); each worker round-robins over them")
 	fs.BoolVar(&c.entryOne, "entry-one", false, "send everything to the first target (the others are reached by forwarding)")
-	fs.IntVar(&c.local, "local", 0, "build ./cmd/shardlimiter and start a local `N`-node cluster on 127.0.0.1 for the run")
+	fs.IntVar(&c.local, "local", 0, "build ./cmd/shardlimiter and start a local `N`-node cluster for the run, node i on 127.0.0.(10+i) (127.0.0.1 where only that binds)")
 	fs.Func("local-flag", "extra flag for the --local servers, e.g. --local-flag=--fail-policy=open (repeatable)", func(s string) error {
 		c.localFlags = append(c.localFlags, s)
 		return nil
 	})
 	fs.StringVar(&c.serverBin, "server-bin", "", "with --local: use this shardlimiter binary instead of building one")
+	fs.StringVar(&c.churnSpec, "churn", "", "accuracy mode with --local: membership events during each algorithm's run, `OFFSET:EVENT,…` with EVENT join, leave=I, kill=I, restart=I or stop=I/D (I = node number from 1 in start order, node 1 never; D = pause), e.g. 6s:join,14s:leave=2,22s:restart=2; each algorithm gets a fresh cluster")
 	fs.StringVar(&r.metricsTargets, "metrics-targets", "", "comma-separated HTTP addresses whose /metrics give server CPU (automatic with --local)")
 	fs.BoolVar(&c.calibrate, "calibrate", false, "first measure an in-process admit-everything gRPC server: the transport ceiling")
 	fs.StringVar(&r.mode, "mode", modeThroughput, "throughput or accuracy")
@@ -94,7 +98,7 @@ func newFlagSet(out io.Writer, c *config, r *rawFlags) *flag.FlagSet {
 	fs.IntVar(&c.keys, "keys", 100_000, "distinct keys (accuracy: default 8)")
 	fs.StringVar(&r.dist, "dist", distUniform, "key distribution: uniform, zipf or hot (one key)")
 	fs.Float64Var(&c.zipfS, "zipf-s", defaultZipfS, "Zipf exponent s > 1 for --dist zipf: P(key k) ∝ (1+k)^-s")
-	fs.StringVar(&r.algorithm, "algorithm", "TOKEN_BUCKET", "TOKEN_BUCKET, LEAKY_BUCKET, FIXED_WINDOW, SLIDING_WINDOW, SLIDING_LOG, or all (accuracy mode)")
+	fs.StringVar(&r.algorithm, "algorithm", "TOKEN_BUCKET", "TOKEN_BUCKET, LEAKY_BUCKET, FIXED_WINDOW, SLIDING_WINDOW, SLIDING_LOG; accuracy mode: also a comma list, or all")
 	fs.Int64Var(&r.limit, "limit", 0, "hits per period (default: throughput 1e9, never trips (SLIDING_LOG 1e5); accuracy 10)")
 	fs.DurationVar(&r.period, "period", time.Second, "the limit's period")
 	fs.Int64Var(&r.burst, "burst", 0, "TOKEN_BUCKET capacity / LEAKY_BUCKET queue depth (0 = the algorithm's default)")
@@ -158,18 +162,6 @@ func (c *config) applyModeDefaults(set map[string]bool, r *rawFlags) {
 	}
 }
 
-func parseAlgorithms(s string) ([]limit.Algorithm, error) {
-	if strings.EqualFold(s, "all") {
-		return limit.Algorithms(), nil
-	}
-	for _, a := range limit.Algorithms() {
-		if strings.EqualFold(s, a.String()) {
-			return []limit.Algorithm{a}, nil
-		}
-	}
-	return nil, fmt.Errorf("--algorithm: unknown algorithm %q (want TOKEN_BUCKET, LEAKY_BUCKET, FIXED_WINDOW, SLIDING_WINDOW, SLIDING_LOG or all)", s)
-}
-
 func splitList(s string) []string {
 	var out []string
 	for _, f := range strings.Split(s, ",") {
@@ -201,6 +193,7 @@ func (c *config) validate(set map[string]bool) error {
 	}
 	c.validateLoad(bad)
 	c.validateRule(bad, set)
+	c.validateChurn(bad)
 	return errors.Join(errs...)
 }
 
@@ -234,27 +227,6 @@ func (c *config) validateLoad(bad func(string, ...any)) {
 	}
 }
 
-func (c *config) validateRule(bad func(string, ...any), set map[string]bool) {
-	if c.hits < 0 {
-		bad("--hits: want >= 0, got %d", c.hits)
-	}
-	if c.mode == modeAccuracy {
-		c.validateAccuracy(bad)
-	} else if len(c.algorithms) > 1 {
-		bad("--algorithm all: accuracy mode only; throughput runs one algorithm")
-	}
-	for _, a := range c.algorithms {
-		r := c.ruleFor(a)
-		if len(c.algorithms) == 1 {
-			r.Burst = c.rule.Burst // an explicit --burst must fit the one algorithm
-		}
-		if err := (limit.Check{Name: ruleName, Key: "k", Hits: c.hits, Rule: r}).Validate(); err != nil {
-			bad("rule for %v: %v (check --limit, --period, --burst, --hits)", a, err)
-			return
-		}
-	}
-}
-
 func (c *config) validateAccuracy(bad func(string, ...any)) {
 	if c.hits < 1 {
 		bad("--hits: accuracy mode needs >= 1, got %d", c.hits)
@@ -283,13 +255,23 @@ func (c *config) accuracyRate() float64 {
 	return float64(c.keys) * accuracyPace * float64(c.rule.Limit) / c.rule.Period.Seconds()
 }
 
-// ruleFor returns the rule of a run of algorithm a: --burst applies to the
-// buckets only, so that --algorithm all stays valid.
-func (c *config) ruleFor(a limit.Algorithm) limit.Rule {
-	r := c.rule
-	r.Algorithm = a
-	if a != limit.TokenBucket && a != limit.LeakyBucket {
-		r.Burst = 0
+// validateChurn parses --churn and checks that it applies: accuracy mode
+// against a --local cluster, the calibration left out.
+func (c *config) validateChurn(bad func(string, ...any)) {
+	if c.churnSpec == "" {
+		return
 	}
-	return r
+	switch {
+	case !churnSupported:
+		bad("--churn: needs a Unix system (it signals the server processes)")
+	case c.local == 0 || c.mode != modeAccuracy:
+		bad("--churn: applies to --mode accuracy with a --local cluster")
+	case c.calibrate:
+		bad("--churn: measures the --local cluster; leave out --calibrate")
+	case c.duration > 0: // else reported by validateLoad
+		var err error
+		if c.churn, err = parseChurn(c.churnSpec, c.local, c.duration); err != nil {
+			bad("%v", err)
+		}
+	}
 }

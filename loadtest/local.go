@@ -1,18 +1,14 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
-	"os"
 	"os/exec"
-	"path/filepath"
-	"strconv"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -34,12 +30,17 @@ var httpClient = &http.Client{Timeout: 2 * time.Second}
 // errExited reports a local node that exited while starting.
 var errExited = errors.New("exited")
 
-// localCluster is N shardlimiter processes on 127.0.0.1, each in its own
-// process group, stopped together by stop.
+// localCluster is the shardlimiter processes of --local, each on its own
+// loopback address (loopback.go) and in its own process group. startLocal
+// starts them; during a churn run the churn runner (churn.go) stops,
+// joins and restarts nodes, and its caller waits for it before stop, so
+// nodes has one writer at a time.
 type localCluster struct {
-	cancel context.CancelFunc // kills every process (SIGTERM, then SIGKILL)
-	dir    string
-	nodes  []*localNode
+	ctx    context.Context // the nodes': its end stops them (SIGTERM, then SIGKILL)
+	cancel context.CancelFunc
+	bin    string
+	extra  []string
+	nodes  []*localNode // node i at i-1; a restart replaces its exited predecessor
 	once   sync.Once
 }
 
@@ -52,39 +53,29 @@ type localNode struct {
 	stderr                   *tail
 }
 
-// startLocal builds the server (unless bin is given) and starts n nodes:
-// the first as seed, the others joining it; it returns once every node
-// sees n members. On error everything started is stopped.
+// startLocal starts n nodes of the server binary bin: the first as seed,
+// the others joining it; it returns once every node sees all n members.
+// On error everything started is stopped.
 func startLocal(ctx context.Context, n int, bin string, extra []string, log io.Writer) (_ *localCluster, err error) {
 	cctx, cancel := context.WithCancel(ctx)
-	c := &localCluster{cancel: cancel}
+	c := &localCluster{ctx: cctx, cancel: cancel, bin: bin, extra: extra}
 	defer func() {
 		if err != nil {
 			c.stop()
 		}
 	}()
-	if c.dir, err = os.MkdirTemp("", "shardlimiter-loadtest-"); err != nil {
-		return nil, err
-	}
-	if bin == "" {
-		fmt.Fprintln(log, "loadtest: building ./cmd/shardlimiter")
-		if bin, err = buildServer(cctx, c.dir); err != nil {
-			return nil, err
-		}
+	if note := loopbackNote(); note != "" {
+		fmt.Fprintln(log, "loadtest: "+note)
 	}
 	for i := range n {
-		var join string
-		if i > 0 {
-			join = c.nodes[0].gossip
-		}
-		nd, err := startNode(cctx, bin, fmt.Sprintf("loadtest-%d", i+1), join, extra)
+		nd, _, err := c.launch(i+1, nil)
 		if err != nil {
 			return nil, err
 		}
 		c.nodes = append(c.nodes, nd)
 		fmt.Fprintf(log, "loadtest: started %s grpc=%s http=%s gossip=%s\n", nd.name, nd.grpc, nd.http, nd.gossip)
 	}
-	if err := c.converge(cctx, n); err != nil {
+	if err := c.converge(cctx, convergeWithin); err != nil {
 		return nil, err
 	}
 	return c, nil
@@ -97,10 +88,19 @@ func (c *localCluster) stop() {
 		for _, nd := range c.nodes {
 			<-nd.exited
 		}
-		if c.dir != "" {
-			os.RemoveAll(c.dir)
-		}
 	})
+}
+
+// discard kills every node at once (SIGKILL, no graceful leave) and waits
+// for them: for a cluster whose run is over and whose state nobody needs,
+// where a graceful stop would only add the server's shutdown time.
+func (c *localCluster) discard() {
+	for _, nd := range c.nodes {
+		if nd.running() {
+			signalGroup(nd.cmd, sigKill)
+		}
+	}
+	c.stop()
 }
 
 func (c *localCluster) grpcAddrs() (out []string) {
@@ -117,62 +117,57 @@ func (c *localCluster) httpAddrs() (out []string) {
 	return out
 }
 
-// modulePath is the module whose server --local builds.
-const modulePath = "github.com/shardlimiter/shardlimiter"
-
-// buildServer builds ./cmd/shardlimiter of the module around the current
-// directory into dir.
-func buildServer(ctx context.Context, dir string) (string, error) {
-	out, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
-	gomod := strings.TrimSpace(string(out))
-	if err != nil || gomod == "" || gomod == os.DevNull {
-		return "", errors.New("--local builds ./cmd/shardlimiter: run inside the shardlimiter module, or give --server-bin")
+// running reports whether nd's process has not exited.
+func (nd *localNode) running() bool {
+	select {
+	case <-nd.exited:
+		return false
+	default:
+		return true
 	}
-	if mod, err := os.ReadFile(gomod); err != nil || !bytes.Contains(mod, []byte("module "+modulePath+"\n")) {
-		return "", fmt.Errorf("--local builds ./cmd/shardlimiter: %s is not the %s module; run inside it, or give --server-bin", gomod, modulePath)
-	}
-	bin := filepath.Join(dir, "shardlimiter")
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/shardlimiter")
-	cmd.Dir = filepath.Dir(gomod)
-	setProcessGroup(cmd) // a cancelled build takes its compilers along
-	if msg, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build ./cmd/shardlimiter: %w\n%s", err, msg)
-	}
-	return bin, nil
 }
 
-// startNode starts one node and waits until it is ready. A node that exits
-// while starting (its probed gossip port taken meanwhile) is retried on
-// another port.
-func startNode(ctx context.Context, bin, name, join string, extra []string) (*localNode, error) {
-	var err error
-	for range startAttempts {
-		var port int
-		if port, err = freeGossipPort(); err != nil {
-			return nil, err
+// launch starts node num (1-based) on its loopback host, joining node 1
+// unless it is node 1, and waits until it is ready. A restart passes the
+// node's previous process: its addresses are reused where still free
+// (same reports whether all were). A node that exits while starting (its
+// probed gossip port taken meanwhile) is retried on fresh ports.
+func (c *localCluster) launch(num int, prev *localNode) (nd *localNode, same bool, err error) {
+	host, name := nodeHost(num), nodeName(num)
+	for attempt := range startAttempts {
+		var a nodeAddrs
+		same = false
+		if prev != nil && attempt == 0 {
+			a, same, err = reuseAddrs(nodeAddrs{gossip: prev.gossip, grpc: prev.grpc, http: prev.http}, host)
+		} else {
+			a, err = freshAddrs(host)
 		}
-		args := []string{"--http-addr=127.0.0.1:0", "--grpc-addr=127.0.0.1:0",
-			"--gossip-addr=127.0.0.1:" + strconv.Itoa(port), "--node-name=" + name,
-			"--log-level=warn", "--shutdown-grace=0s"}
-		if join != "" {
-			args = append(args, "--join="+join)
+		if err != nil {
+			return nil, false, err
 		}
-		var nd *localNode
-		if nd, err = spawn(ctx, bin, append(args, extra...)); err != nil {
-			return nil, err
+		args := []string{"--http-addr=" + a.http, "--grpc-addr=" + a.grpc, "--gossip-addr=" + a.gossip,
+			"--node-name=" + name, "--log-level=warn", "--shutdown-grace=0s"}
+		if num > 1 {
+			args = append(args, "--join="+c.nodes[0].gossip)
 		}
-		nd.name, nd.gossip = name, "127.0.0.1:"+strconv.Itoa(port)
-		if err = nd.waitReady(ctx); err == nil {
-			return nd, nil
+		if nd, err = spawn(c.ctx, c.bin, append(args, c.extra...)); err != nil {
+			return nil, false, err
+		}
+		nd.name, nd.gossip = name, a.gossip
+		if err = nd.waitReady(c.ctx); err == nil {
+			return nd, same, nil
 		}
 		nd.cmd.Cancel()
 		<-nd.exited
 		if !errors.Is(err, errExited) {
-			return nil, err
+			return nil, false, err
 		}
 	}
-	return nil, err
+	return nil, false, err
 }
+
+// nodeName is the node name of node num (1-based, in start order).
+func nodeName(num int) string { return fmt.Sprintf("loadtest-%d", num) }
 
 // spawn starts bin in its own process group; ctx's end terminates it.
 func spawn(ctx context.Context, bin string, args []string) (*localNode, error) {
@@ -216,11 +211,22 @@ func (nd *localNode) waitReady(ctx context.Context) error {
 	})
 }
 
-// converge waits until every node's /v1/cluster lists n members.
-func (c *localCluster) converge(ctx context.Context, n int) error {
+// converge waits until every running node's /v1/cluster lists exactly
+// the running nodes.
+func (c *localCluster) converge(ctx context.Context, within time.Duration) error {
+	var up []string
 	for _, nd := range c.nodes {
-		err := poll(ctx, nd, convergeWithin, fmt.Sprintf("seeing %d members", n), func() bool {
-			return members(nd.http) == n
+		if nd.running() {
+			up = append(up, nd.name)
+		}
+	}
+	slices.Sort(up)
+	for _, nd := range c.nodes {
+		if !nd.running() {
+			continue
+		}
+		err := poll(ctx, nd, within, fmt.Sprintf("seeing exactly %s", strings.Join(up, ", ")), func() bool {
+			return slices.Equal(members(nd.http), up)
 		})
 		if err != nil {
 			return err
@@ -250,109 +256,26 @@ func poll(ctx context.Context, nd *localNode, within time.Duration, what string,
 	return nil
 }
 
-// members returns how many members the node at httpAddr lists, or -1.
-func members(httpAddr string) int {
+// members returns the sorted member names the node at httpAddr lists, or
+// nil when it does not answer.
+func members(httpAddr string) []string {
 	resp, err := httpClient.Get("http://" + httpAddr + "/v1/cluster")
 	if err != nil {
-		return -1
+		return nil
 	}
 	defer resp.Body.Close()
 	var info struct {
-		Members []json.RawMessage `json:"members"`
+		Members []struct {
+			Name string `json:"name"`
+		} `json:"members"`
 	}
 	if json.NewDecoder(resp.Body).Decode(&info) != nil {
-		return -1
+		return nil
 	}
-	return len(info.Members)
-}
-
-// freeGossipPort returns a loopback port that was free for both TCP and
-// UDP a moment ago (memberlist binds both).
-func freeGossipPort() (int, error) {
-	for range 20 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return 0, err
-		}
-		port := l.Addr().(*net.TCPAddr).Port
-		u, err := net.ListenPacket("udp", "127.0.0.1:"+strconv.Itoa(port))
-		l.Close()
-		if err == nil {
-			u.Close()
-			return port, nil
-		}
+	names := make([]string, 0, len(info.Members))
+	for _, m := range info.Members {
+		names = append(names, m.Name)
 	}
-	return 0, errors.New("no loopback port free for both TCP and UDP")
-}
-
-// field returns the value of "key…" in a line of space-separated fields.
-func field(line, key string) string {
-	for _, f := range strings.Fields(line) {
-		if v, ok := strings.CutPrefix(f, key); ok {
-			return v
-		}
-	}
-	return ""
-}
-
-// lineWatch is a process's stdout: it sends the first line starting with
-// prefix on found and discards the rest.
-type lineWatch struct {
-	prefix string
-	found  chan<- string
-	buf    []byte
-	done   bool
-}
-
-func (w *lineWatch) Write(p []byte) (int, error) {
-	if w.done {
-		return len(p), nil
-	}
-	w.buf = append(w.buf, p...)
-	for {
-		i := bytes.IndexByte(w.buf, '\n')
-		if i < 0 {
-			break
-		}
-		line := string(w.buf[:i])
-		w.buf = w.buf[i+1:]
-		if strings.HasPrefix(line, w.prefix) {
-			w.found <- line
-			w.done, w.buf = true, nil
-			break
-		}
-	}
-	if len(w.buf) > maxLine {
-		w.buf = nil // a line this long is not the one we wait for
-	}
-	return len(p), nil
-}
-
-const maxLine = 64 << 10
-
-// tail keeps the last tailSize bytes written to it, for error messages.
-type tail struct {
-	mu  sync.Mutex
-	buf []byte
-}
-
-const tailSize = 2048
-
-func (t *tail) Write(p []byte) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.buf = append(t.buf, p...)
-	if n := len(t.buf); n > tailSize {
-		t.buf = t.buf[n-tailSize:]
-	}
-	return len(p), nil
-}
-
-func (t *tail) String() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if len(t.buf) == 0 {
-		return "(no output on stderr)"
-	}
-	return "stderr: " + strings.TrimSpace(string(t.buf))
+	slices.Sort(names)
+	return names
 }

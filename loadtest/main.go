@@ -41,6 +41,23 @@
 // so it is exact only when client and servers share a clock (--local)
 // and otherwise off by the clock skew between the machines.
 //
+// --churn (accuracy mode, --local) changes the cluster's membership
+// during each algorithm's run: at offsets from the run's start it joins a
+// node, stops one gracefully (SIGTERM, then waits for its exit), kills one
+// (SIGKILL), restarts one under its name and addresses, or pauses one
+// (SIGSTOP, SIGCONT). Each algorithm gets a fresh cluster and replays the
+// schedule, and the report adds, per algorithm, the events as they
+// happened, when the cluster converged again, the checks that failed (item
+// errors, RPC errors, calls past --rpc-timeout) and the key furthest over
+// its bound:
+//
+//	go run ./loadtest --local 3 --entry-one --mode accuracy --algorithm TOKEN_BUCKET \
+//	    --keys 300 --limit 30 --period 20s --rate 6000 --duration 32s \
+//	    --churn 6s:join,14s:leave=2,22s:restart=2
+//
+// Local node i (1-based, in start order) listens on 127.0.0.(10+i), or on
+// 127.0.0.1 where only that can be bound; ports are always picked fresh.
+//
 // --calibrate measures an in-process gRPC server that admits everything
 // without deciding anything: the transport ceiling of this machine. With
 // targets or --local it runs first, and the run's checks/s is reported as
@@ -107,7 +124,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "loadtest: %v\n", err)
 		return exitFail
 	}
-	if rep.Interrupted {
+	if rep.Interrupted || rep.ChurnFailed {
 		return exitFail
 	}
 	return exitOK

@@ -18,3 +18,13 @@ func setProcessGroup(cmd *exec.Cmd) {
 		return syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
 	}
 }
+
+// churnSupported: --churn signals the nodes' process groups.
+const churnSupported = true
+
+var unixSignals = [...]syscall.Signal{sigTerm: syscall.SIGTERM, sigKill: syscall.SIGKILL, sigStop: syscall.SIGSTOP, sigCont: syscall.SIGCONT}
+
+// signalGroup sends sig to cmd's process group: the node's server.
+func signalGroup(cmd *exec.Cmd, sig churnSignal) error {
+	return syscall.Kill(-cmd.Process.Pid, unixSignals[sig])
+}

@@ -50,6 +50,13 @@ type result struct {
 	OverAdmittedPct  *float64       `json:"over_admitted_pct,omitempty"`
 	UnderAdmittedPct *float64       `json:"under_admitted_pct,omitempty"`
 	Accuracy         []*algAccuracy `json:"accuracy,omitempty"`
+	Pacing           *pacingStats   `json:"pacing,omitempty"`
+
+	// Churn is the --churn schedule, applied to a fresh cluster of Nodes
+	// nodes per algorithm (each algorithm's record says what happened).
+	Churn       string `json:"churn,omitempty"`
+	Nodes       int    `json:"local_nodes,omitempty"`
+	ChurnFailed bool   `json:"churn_failed,omitempty"`
 
 	Calibration    *result  `json:"calibration,omitempty"`
 	RatioToCeiling *float64 `json:"ratio_to_ceiling,omitempty"`
@@ -87,15 +94,12 @@ func latencies(h *Histogram) latencyMS {
 }
 
 // newResult builds the report of a run from its collector and CPU use.
-func newResult(cfg *config, rule limit.Rule, ts []*target, col *collector, cpu cpuDelta) *result {
+func newResult(cfg *config, rule limit.Rule, targets []string, col *collector, cpu cpuDelta) *result {
 	r := &result{
 		Run: "cluster", Mode: cfg.mode, Spread: "round-robin", Loop: "closed", LatencyFrom: "send",
 		Algorithm: rule.Algorithm.String(), Dist: cfg.dist, Keys: cfg.keys, Batch: cfg.batch,
 		Concurrency: cfg.concurrency, Conns: cfg.conns, Limit: rule.Limit,
-		PeriodMS: rule.Period.Milliseconds(), Hits: cfg.hits,
-	}
-	for _, t := range ts {
-		r.Targets = append(r.Targets, t.addr)
+		PeriodMS: rule.Period.Milliseconds(), Hits: cfg.hits, Targets: targets,
 	}
 	if cfg.entryOne {
 		r.Spread = "entry-one"

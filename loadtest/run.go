@@ -39,7 +39,15 @@ func execute(ctx context.Context, cfg *config, stderr io.Writer) (*result, error
 	}
 	targets, metrics := cfg.targets, cfg.metricsTargets
 	if cfg.local > 0 {
-		cl, err := startLocal(ctx, cfg.local, cfg.serverBin, cfg.localFlags, progressWriter(cfg, stderr))
+		bin, cleanup, err := serverBinary(ctx, cfg.serverBin, progressWriter(cfg, stderr))
+		if err != nil {
+			return nil, fmt.Errorf("local cluster: %w", err)
+		}
+		defer cleanup()
+		if cfg.churn != nil {
+			return runChurnAccuracy(ctx, cfg, bin, stderr)
+		}
+		cl, err := startLocal(ctx, cfg.local, bin, cfg.localFlags, progressWriter(cfg, stderr))
 		if err != nil {
 			return nil, fmt.Errorf("local cluster: %w", err)
 		}
@@ -94,6 +102,13 @@ func dialTargets(addrs []string, conns int) ([]*target, error) {
 		}
 	}
 	return ts, nil
+}
+
+func targetAddrs(ts []*target) (out []string) {
+	for _, t := range ts {
+		out = append(out, t.addr)
+	}
+	return out
 }
 
 func closeTargets(ts []*target) {
@@ -160,7 +175,7 @@ func runThroughput(ctx context.Context, cfg *config, ts []*target, metrics []str
 		sched = newOpenLoop(start, start.Add(cfg.duration), cfg.rate/float64(cfg.batch))
 	}
 	col := drain(ctx, cfg, start, sched, calls, stderr)
-	res := newResult(cfg, rule, ts, col, before.until(sample(ctx, metrics)))
+	res := newResult(cfg, rule, targetAddrs(ts), col, before.until(sample(ctx, metrics)))
 	if ol, ok := sched.(*openLoop); ok {
 		res.setOpenLoop(cfg.rate, ol.scheduled(), col)
 	}
@@ -229,11 +244,14 @@ func judgeCall(res []limit.Result, err error) outcome {
 	return o
 }
 
+// rpcDeadlineExceeded is the kind of a call that exceeded its deadline.
+const rpcDeadlineExceeded = "rpc:DeadlineExceeded"
+
 // rpcErrorKind names a failed call by its gRPC code, e.g.
-// "rpc:DeadlineExceeded".
+// "rpc:Unavailable".
 func rpcErrorKind(err error) string {
 	if errors.Is(err, context.DeadlineExceeded) {
-		return "rpc:DeadlineExceeded"
+		return rpcDeadlineExceeded
 	}
 	return "rpc:" + status.Code(err).String()
 }
