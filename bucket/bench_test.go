@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/shardlimiter/shardlimiter/limit"
+	"github.com/shardlimiter/shardlimiter/table"
 )
 
 // Benchmarks run every algorithm on the optimized table and the reference,
@@ -86,6 +87,63 @@ func BenchmarkTakeParallel(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkTakeTracked is the optimized tables with TrackChanges, drained
+// every drainEvery takes (per goroutine) as a replicator would: on one
+// key, a take costs one load of its mark but once per drain, when it
+// marks the key and queues it; spread over 65,536 keys, nearly every take
+// is the first to change its key since the drain.
+func BenchmarkTakeTracked(b *testing.B) {
+	keys := make([]string, 1<<16)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("account:%010d", i)
+	}
+	tracked := func(r limit.Rule) limit.Limiter {
+		if r.Algorithm == limit.LeakyBucket {
+			return NewLeakyBucket(table.Config{TrackChanges: true})
+		}
+		return NewTokenBucket(table.Config{TrackChanges: true})
+	}
+	drain := func(l limit.Limiter) { l.Changed(1<<20, func(string) {}) }
+	for _, c := range benchCases {
+		b.Run("one/"+c.name, func(b *testing.B) {
+			l := tracked(c.rule)
+			now := t0
+			l.Take(keys[0], now, c.rule, 1)
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				now += int64(ms)
+				l.Take(keys[0], now, c.rule, 1)
+				if i++; i%drainEvery == 0 {
+					drain(l)
+				}
+			}
+		})
+		b.Run("spread/"+c.name, func(b *testing.B) {
+			l := tracked(c.rule)
+			for _, k := range keys {
+				l.Take(k, t0, c.rule, 1)
+			}
+			var seq atomic.Uint64
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				i := seq.Add(1) * 7919
+				for n, now := 1, t0; pb.Next(); n, now = n+1, now+int64(ms) {
+					i++
+					l.Take(keys[i&(1<<16-1)], now, c.rule, 1)
+					if n%drainEvery == 0 {
+						drain(l)
+					}
+				}
+			})
+		})
+	}
+}
+
+// drainEvery is how many takes BenchmarkTakeTracked makes between drains.
+const drainEvery = 4096
 
 // BenchmarkHeapPerKey reports the live heap of a table holding 1,000,000
 // keys of 18 bytes ("account:0000000123"), default config (MaxKeys 1M), as

@@ -79,6 +79,14 @@
 // in the past is never taken as credit, and the warm-up cools only on time
 // that moves forward. Times are clamped to [1, 2^62] ns (1970 to 2116).
 //
+// # Moving state between nodes
+//
+// Export encodes a key's state (its TAT, the rule it was computed under,
+// and its warm-up permits) into versioned bytes that need no rule to
+// read; Import merges such bytes into a key, keeping whichever state has
+// consumed more. state.go has the format and the merge rule with its
+// argument; transfer.go how an import fences off concurrent takes.
+//
 // # Concurrency
 //
 // TokenBucket and LeakyBucket are safe for concurrent use. A take on a key

@@ -67,3 +67,30 @@ func ExampleTokenBucket_warmup() {
 	// Output:
 	// [290ms 270ms 250ms 230ms 210ms 190ms 170ms 150ms 130ms 110ms 100ms 100ms]
 }
+
+// A key moves to another node with its state: the node it leaves exports
+// it, the node it joins imports it (merging with what it may already
+// hold), and the key goes on where it was rather than with a full bucket.
+func ExampleTokenBucket_Export() {
+	rule := limit.Rule{Algorithm: limit.TokenBucket, Limit: 2, Period: time.Second}
+	leaving, joining := bucket.NewTokenBucket(table.Config{}), bucket.NewTokenBucket(table.Config{})
+	leaving.Take("account:42", start, rule, 2)
+
+	state, ok := leaving.Export("account:42", start)
+	fmt.Println("exported:", ok)
+	if err := joining.Import("account:42", state, start); err != nil {
+		fmt.Println(err)
+	}
+	d := joining.Take("account:42", start, rule, 1)
+	fmt.Printf("on the new node: allowed=%v retry_after=%v\n", d.Allowed, d.RetryAfter)
+
+	// A state older than what the key holds changes nothing.
+	joining.Take("account:42", start+int64(time.Second), rule, 2)
+	_ = joining.Import("account:42", state, start+int64(time.Second))
+	d = joining.Take("account:42", start+int64(time.Second), rule, 1)
+	fmt.Printf("after a stale import: allowed=%v retry_after=%v\n", d.Allowed, d.RetryAfter)
+	// Output:
+	// exported: true
+	// on the new node: allowed=false retry_after=500ms
+	// after a stale import: allowed=false retry_after=500ms
+}

@@ -66,11 +66,12 @@ func rateOf(id, period int64, shaping bool) rate {
 // mode (idle(pending) is false, so a rule change is never retired midway),
 // RetireLockedIf for warm keys, whose idleness needs the mutex.
 type keyTable struct {
-	t *table.Table[keyState]
+	t       *table.Table[keyState]
+	shaping bool // LEAKY_BUCKET: rescale keeps queued hits; Import takes its states only
 }
 
-func newKeyTable(cfg table.Config) keyTable {
-	return keyTable{t: table.New(cfg, retireKey)}
+func newKeyTable(cfg table.Config, shaping bool) keyTable {
+	return keyTable{t: table.New(cfg, retireKey), shaping: shaping}
 }
 
 func (k *keyTable) Sweep(now int64, budget int) int { return k.t.Sweep(now, budget) }
@@ -90,7 +91,11 @@ func (k *keyTable) take(key string, now int64, p rate, hits int64, b limit.Behav
 		if st == mismatch {
 			v, st = takeAdopting(e, id, p, now, hits, b)
 		}
-		if st == done {
+		switch st {
+		case wrote:
+			k.t.MarkChanged(key, e)
+			return v
+		case done:
 			return v
 		}
 	}
@@ -99,9 +104,10 @@ func (k *keyTable) take(key string, now int64, p rate, hits int64, b limit.Behav
 type outcome uint8
 
 const (
-	done     outcome = iota
-	dead             // the entry was retired: look the key up again
-	mismatch         // the key's rule is not p, or a rule change is under way
+	done     outcome = iota // decided; the key's state is unchanged
+	wrote                   // decided, and the key's state changed
+	dead                    // the entry was retired: look the key up again
+	mismatch                // the key's rule is not p, or a rule change is under way
 )
 
 // takeWord is the lock-free CAS loop for a key whose identity is id.
@@ -128,7 +134,7 @@ func takeWord(e *table.Entry[keyState], id int64, p rate, now, hits int64, b lim
 			continue
 		}
 		if e.Word.CompareAndSwap(w, nw) {
-			return v, done
+			return v, wrote
 		}
 	}
 }
@@ -138,10 +144,15 @@ func takeWord(e *table.Entry[keyState], id int64, p rate, now, hits int64, b lim
 func takeAdopting(e *table.Entry[keyState], id int64, p rate, now, hits int64, b limit.Behavior) (verdict, outcome) {
 	e.Mu.Lock()
 	defer e.Mu.Unlock()
+	same := e.State.id.Load() == id && e.State.period.Load() == p.period
 	if !adopt(e, id, p, now) {
 		return verdict{}, dead
 	}
-	return takeWord(e, id, p, now, hits, b)
+	v, st := takeWord(e, id, p, now, hits, b)
+	if st == done && !same {
+		st = wrote // the rule change rescaled the key
+	}
+	return v, st
 }
 
 // adopt makes (id, p) the entry's rule, rescaling its word if it was

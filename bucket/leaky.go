@@ -25,7 +25,7 @@ var _ limit.Limiter = (*LeakyBucket)(nil)
 
 // NewLeakyBucket returns an empty LEAKY_BUCKET table sized by cfg.
 func NewLeakyBucket(cfg table.Config) *LeakyBucket {
-	return &LeakyBucket{newKeyTable(cfg)}
+	return &LeakyBucket{newKeyTable(cfg, true)}
 }
 
 // Take applies hits to key under r at now (Unix ns). r must be valid and of

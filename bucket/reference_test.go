@@ -19,9 +19,10 @@ import (
 // the rule-change fence, the warm-up under the entry mutex, retirement.
 // The arithmetic itself is checked by the step tables.
 type refBucket struct {
-	leaky bool
-	mu    sync.Mutex
-	keys  map[string]*refKey
+	leaky   bool
+	mu      sync.Mutex
+	keys    map[string]*refKey
+	changed map[string]bool // keys changed since Changed last handed them out
 }
 
 type refKey struct {
@@ -32,8 +33,13 @@ type refKey struct {
 	maxp   float64 // 0 until the key first runs with a warm-up
 }
 
-func newRefTokenBucket() *refBucket { return &refBucket{keys: map[string]*refKey{}} }
-func newRefLeakyBucket() *refBucket { return &refBucket{leaky: true, keys: map[string]*refKey{}} }
+func newRefTokenBucket() *refBucket {
+	return &refBucket{keys: map[string]*refKey{}, changed: map[string]bool{}}
+}
+
+func newRefLeakyBucket() *refBucket {
+	return &refBucket{leaky: true, keys: map[string]*refKey{}, changed: map[string]bool{}}
+}
 
 func (b *refBucket) Take(key string, now int64, r limit.Rule, hits int64) limit.Decision {
 	now = clampNow(now)
@@ -46,6 +52,12 @@ func (b *refBucket) Take(key string, now int64, r limit.Rule, hits int64) limit.
 			b.keys[key] = k
 		}
 	}
+	before := *k
+	defer func() {
+		if *k != before && b.keys[key] == k {
+			b.changed[key] = true
+		}
+	}()
 	p, warm := tokenRate(r), r.Warmup > 0
 	if b.leaky {
 		p, warm = leakyRate(r), false
@@ -97,6 +109,7 @@ func (b *refBucket) Sweep(now int64, budget int) int {
 		}
 		if idle {
 			delete(b.keys, key)
+			delete(b.changed, key)
 			removed++
 		}
 	}
@@ -111,6 +124,96 @@ func (b *refBucket) Len() int {
 
 func (b *refBucket) Evicted() uint64 { return 0 }
 
+// image returns k's state as it moves between nodes.
+func (b *refBucket) image(k *refKey) keyImage {
+	if k.rule == (rate{}) {
+		return keyImage{shaping: b.leaky}
+	}
+	s := keyImage{shaping: b.leaky, limit: k.rule.limit, cap: k.rule.capacity, period: k.rule.period, tat: k.tat}
+	if k.warm {
+		s.warm, s.stored, s.maxp = true, k.stored, k.maxp
+	}
+	return s
+}
+
+func (b *refBucket) Export(key string, now int64) ([]byte, bool) {
+	now = clampNow(now)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	k := b.keys[key]
+	if k == nil || b.image(k).freshAt(now) {
+		return nil, false
+	}
+	return encodeImage(b.image(k)), true
+}
+
+func (b *refBucket) Import(key string, state []byte, now int64) error {
+	in, err := decodeImage(state, b.leaky)
+	if err != nil {
+		return err
+	}
+	now = clampNow(now)
+	if in.freshAt(now) {
+		return nil
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	k := b.keys[key]
+	if k == nil {
+		k = &refKey{}
+		b.keys[key] = k
+	}
+	local := b.image(k)
+	m := mergeImages(local, in, now)
+	if m == local {
+		return nil
+	}
+	k.tat, k.rule, k.warm = m.tat, m.rate(), m.warm
+	k.stored, k.maxp = m.stored, m.maxp // maxp 0 without warm-up state
+	b.changed[key] = true
+	return nil
+}
+
+func (b *refBucket) Range(fn func(key string) bool) {
+	b.mu.Lock()
+	keys := make([]string, 0, len(b.keys))
+	for k := range b.keys {
+		keys = append(keys, k)
+	}
+	b.mu.Unlock()
+	for _, k := range keys {
+		if !fn(k) {
+			return
+		}
+	}
+}
+
+func (b *refBucket) Delete(key string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	_, ok := b.keys[key]
+	delete(b.keys, key)
+	delete(b.changed, key)
+	return ok
+}
+
+func (b *refBucket) Changed(max int, fn func(key string)) int {
+	b.mu.Lock()
+	var keys []string
+	for k := range b.changed {
+		if len(keys) == max {
+			break
+		}
+		keys = append(keys, k)
+		delete(b.changed, k)
+	}
+	b.mu.Unlock()
+	for _, k := range keys {
+		fn(k)
+	}
+	return len(keys)
+}
+
 // impl names a way to build a limiter for the shared tests and benchmarks.
 type impl struct {
 	name string
@@ -120,10 +223,12 @@ type impl struct {
 var (
 	tokenImpls = []impl{
 		{"optimized", func() limit.Limiter { return NewTokenBucket(table.Config{}) }},
+		{"tracked", func() limit.Limiter { return NewTokenBucket(table.Config{TrackChanges: true}) }},
 		{"reference", func() limit.Limiter { return newRefTokenBucket() }},
 	}
 	leakyImpls = []impl{
 		{"optimized", func() limit.Limiter { return NewLeakyBucket(table.Config{}) }},
+		{"tracked", func() limit.Limiter { return NewLeakyBucket(table.Config{TrackChanges: true}) }},
 		{"reference", func() limit.Limiter { return newRefLeakyBucket() }},
 	}
 )

@@ -19,7 +19,7 @@ var _ limit.Limiter = (*TokenBucket)(nil)
 
 // NewTokenBucket returns an empty TOKEN_BUCKET table sized by cfg.
 func NewTokenBucket(cfg table.Config) *TokenBucket {
-	return &TokenBucket{newKeyTable(cfg)}
+	return &TokenBucket{newKeyTable(cfg, false)}
 }
 
 // Take applies hits to key under r at now (Unix ns). r must be valid and

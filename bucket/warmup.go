@@ -109,24 +109,30 @@ func (k *keyTable) takeWarm(key string, now int64, w warmRate, hits int64, b lim
 	id := w.id() | warmMode
 	for {
 		e := k.t.Lookup(key, now, hits > 0)
-		if v, ok := takeWarmLocked(e, id, w, now, hits, b); ok {
+		v, st := takeWarmLocked(e, id, w, now, hits, b)
+		switch st {
+		case wrote:
+			k.t.MarkChanged(key, e)
+			return v
+		case done:
 			return v
 		}
 	}
 }
 
-func takeWarmLocked(e *table.Entry[keyState], id int64, w warmRate, now, hits int64, b limit.Behavior) (verdict, bool) {
+func takeWarmLocked(e *table.Entry[keyState], id int64, w warmRate, now, hits int64, b limit.Behavior) (verdict, outcome) {
 	e.Mu.Lock()
 	defer e.Mu.Unlock()
+	same := e.State.id.Load() == id && e.State.period.Load() == w.period && e.State.warm != nil && e.State.warm.maxp == w.maxp
 	if !adopt(e, id, w.rate, now) {
-		return verdict{}, false
+		return verdict{}, dead
 	}
 	adoptWarm(&e.State, w)
 	ws := e.State.warm
 	for {
 		cur := e.Word.Load()
 		if cur == table.Dead {
-			return verdict{}, false
+			return verdict{}, dead
 		}
 		tat, stored := cur, ws.stored
 		if b.Has(limit.Reset) {
@@ -136,8 +142,12 @@ func takeWarmLocked(e *table.Entry[keyState], id int64, w warmRate, now, hits in
 		// A CAS, not a store: a plain taker that raced an earlier rule
 		// change could still write (see keyTable).
 		if nt == cur || e.Word.CompareAndSwap(cur, nt) {
+			st := done
+			if nt != cur || ns != ws.stored || !same {
+				st = wrote
+			}
 			ws.stored = ns
-			return v, true
+			return v, st
 		}
 	}
 }

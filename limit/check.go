@@ -51,10 +51,14 @@ const (
 	Unavailable               // the owner could not be reached (fail-closed policy)
 	Closing                   // the node is shutting down
 	Internal                  // anything else
+	// NotOwner: a node was asked to decide a key it does not own (peer to
+	// peer only); Result.Owner names the node it takes for the owner. A
+	// node routes such a check again and never passes this to a client.
+	NotOwner
 	numReasons
 )
 
-var reasonNames = [numReasons]string{"ok", "invalid_argument", "unavailable", "closing", "internal"}
+var reasonNames = [numReasons]string{"ok", "invalid_argument", "unavailable", "closing", "internal", "not_owner"}
 
 // String returns a lower-case metric label value, e.g. "invalid_argument".
 func (r Reason) String() string {
@@ -65,7 +69,7 @@ func (r Reason) String() string {
 }
 
 // Reasons lists every Reason.
-func Reasons() []Reason { return []Reason{OK, Invalid, Unavailable, Closing, Internal} }
+func Reasons() []Reason { return []Reason{OK, Invalid, Unavailable, Closing, Internal, NotOwner} }
 
 // Result is the answer to one check as it travels back to the client: the
 // decision, or an error that concerns this check alone.

@@ -178,6 +178,8 @@ type Decision struct {
 
 // Limiter is a concurrent table of per-key state for one algorithm. The
 // node holds one per algorithm and dispatches each check by its rule.
+// Every method is safe for concurrent use with every other; none blocks
+// on anything but the short per-key and per-shard locks of the table.
 type Limiter interface {
 	// Take applies hits to key under rule r at now (Unix ns) and returns the
 	// decision. r must be valid (Rule.Validate) and of the limiter's
@@ -190,4 +192,6 @@ type Limiter interface {
 	Len() int
 	// Evicted returns how many keys were evicted to respect the key cap.
 	Evicted() uint64
+	// StateMover moves keys with their state between nodes.
+	StateMover
 }

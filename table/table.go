@@ -20,11 +20,21 @@
 // take could update an entry already unlinked from the map, and the next
 // take would start from a fresh state, admitting the same capacity twice.
 //
+// # Moving keys
+//
+// For handoff and replication the table lists its keys (Range, which calls
+// out with no lock held), removes them (Delete, which retires the entry as
+// an eviction does), and, with Config.TrackChanges, remembers which keys a
+// take changed until a replicator drains them (MarkChanged, DrainChanged:
+// changes.go, which writes out the race between marking and draining).
+//
 // # Concurrency
 //
 // All methods are safe for concurrent use. Lookups of existing keys take a
-// shard read lock only; inserts, evictions and sweep deletions take the
-// shard write lock briefly. Nothing slow runs under a lock.
+// shard read lock only; inserts, evictions, deletes and sweep deletions
+// take the shard write lock briefly. The change lists have a small lock of
+// their own per shard, never held with the shard's map lock. Nothing slow
+// runs under a lock.
 package table
 
 import (
@@ -57,6 +67,12 @@ type Config struct {
 	// DefaultShards; small tables (MaxKeys < 8×Shards) use fewer shards so
 	// that the cap stays exact.
 	Shards int
+	// TrackChanges makes the table remember which keys a take changed,
+	// for replication (changes.go: MarkChanged, DrainChanged). Off (the
+	// zero value), marking costs a take one predictable branch; on, one
+	// load while the key is marked, and a short per-shard lock and a key
+	// copy when its mark is set, once per key per drain.
+	TrackChanges bool
 }
 
 // evictSample is how many entries are compared to choose an eviction
@@ -74,7 +90,10 @@ const touchGranularity = int64(1_000_000) // 1 ms
 type Entry[S any] struct {
 	// Word is state that fits in 64 bits, updated by CAS; Dead once retired.
 	Word atomic.Int64
-	used atomic.Int64 // last use, Unix ns, coarse (touchGranularity)
+	// used is the last use, Unix ns, coarse (touchGranularity). Its lowest
+	// bit is borrowed as the changed mark (changes.go): a mark then costs
+	// no memory per key, and LRU order does not miss one nanosecond.
+	used atomic.Int64
 	// Mu guards State. An algorithm that uses State locks Mu and then
 	// checks Word for Dead before touching State.
 	Mu    sync.Mutex
@@ -126,7 +145,11 @@ type RetireFunc[S any] func(e *Entry[S], now int64) bool
 type shard[S any] struct {
 	mu sync.RWMutex
 	m  map[string]*Entry[S]
-	_  [128 - 24 - 8]byte // keep each shard's lock on its own cache lines
+	// chMu guards changes, the keys marked changed since they were last
+	// drained (TrackChanges): a small lock of its own, never held with mu.
+	chMu    sync.Mutex
+	changes []change[S]
+	_       [128 - 24 - 8 - 8 - 24]byte // keep each shard's locks on their own cache lines
 }
 
 // Table maps keys to entries. See the package doc for the protocol.
@@ -136,10 +159,15 @@ type Table[S any] struct {
 	seed     maphash.Seed
 	shardCap int
 	retire   RetireFunc[S]
+	track    bool // Config.TrackChanges
+	// changeCap is the length at which a shard's change list is cleared
+	// of retired entries before it grows (changes.go).
+	changeCap int
 
-	n       atomic.Int64
-	evicted atomic.Uint64
-	cursor  atomic.Uint64 // next shard Sweep visits
+	n         atomic.Int64
+	evicted   atomic.Uint64
+	cursor    atomic.Uint64 // next shard Sweep visits
+	drainNext atomic.Uint64 // shard DrainChanged starts at
 }
 
 // New returns an empty table. retire decides, for Sweep, whether an entry
@@ -166,7 +194,9 @@ func New[S any](cfg Config, retire RetireFunc[S]) *Table[S] {
 		seed:     maphash.MakeSeed(),
 		shardCap: (maxKeys + n - 1) / n,
 		retire:   retire,
+		track:    cfg.TrackChanges,
 	}
+	t.changeCap = max(2*t.shardCap, 64)
 	for i := range t.shards {
 		t.shards[i].m = make(map[string]*Entry[S])
 	}
@@ -188,7 +218,9 @@ func (t *Table[S]) Get(key string, now int64) *Entry[S] {
 	sh.mu.RUnlock()
 	if e != nil && !e.Dead() {
 		if u := e.used.Load(); now-u > touchGranularity || now < u {
-			e.used.Store(now)
+			// One attempt, keeping the mark: if it fails, another take
+			// touched the entry or marked it, and the next take retries.
+			e.used.CompareAndSwap(u, now&^markBit|u&markBit)
 		}
 		return e
 	}
@@ -211,7 +243,9 @@ func (t *Table[S]) Lookup(key string, now int64, insert bool) *Entry[S] {
 	if e != nil && !e.Dead() {
 		return e
 	}
-	return &Entry[S]{}
+	d := &Entry[S]{}
+	d.used.Store(markBit) // marked already: MarkChanged never queues it
+	return d
 }
 
 // insert is Get's slow path: the key is absent, or mapped to a retired
@@ -230,7 +264,7 @@ func (t *Table[S]) insert(sh *shard[S], key string, now int64) *Entry[S] {
 		t.evictLocked(sh)
 	}
 	e := &Entry[S]{}
-	e.used.Store(now)
+	e.used.Store(now &^ markBit)
 	sh.m[strings.Clone(key)] = e
 	t.n.Add(1)
 	return e
@@ -301,7 +335,10 @@ func (t *Table[S]) Sweep(now int64, budget int) (removed int) {
 	return removed
 }
 
-// Delete removes key, if present, and reports whether it was.
+// Delete removes key and reports whether it was held (live). It retires
+// the entry as an eviction does, holding its mutex, so a take that holds a
+// pointer to it looks the key up again and starts from a fresh state
+// rather than updating the removed one.
 func (t *Table[S]) Delete(key string) bool {
 	sh := t.shardOf(key)
 	sh.mu.Lock()
@@ -310,10 +347,48 @@ func (t *Table[S]) Delete(key string) bool {
 	if e == nil {
 		return false
 	}
+	live := !e.Dead()
 	e.kill()
 	delete(sh.m, key)
 	t.n.Add(-1)
-	return true
+	return live
+}
+
+// Peek returns the live entry of key, or nil when it is absent. It never
+// inserts and does not count as a use.
+func (t *Table[S]) Peek(key string) *Entry[S] {
+	sh := t.shardOf(key)
+	sh.mu.RLock()
+	e := sh.m[key]
+	sh.mu.RUnlock()
+	if e == nil || e.Dead() {
+		return nil
+	}
+	return e
+}
+
+// Range calls fn with every live key, shard by shard, until fn returns
+// false. A shard's keys are copied under its read lock and fn runs with no
+// lock held, so fn may use the table (Get, Peek, Delete). Keys added or
+// removed meanwhile may or may not be visited.
+func (t *Table[S]) Range(fn func(key string) bool) {
+	var keys []string
+	for i := range t.shards {
+		sh := &t.shards[i]
+		keys = keys[:0]
+		sh.mu.RLock()
+		for k, e := range sh.m {
+			if !e.Dead() {
+				keys = append(keys, k)
+			}
+		}
+		sh.mu.RUnlock()
+		for _, k := range keys {
+			if !fn(k) {
+				return
+			}
+		}
+	}
 }
 
 // Len returns the number of keys held (retired entries not yet unlinked

@@ -115,8 +115,12 @@ func TestCapEvictsLeastRecentlyUsed(t *testing.T) {
 			hotLost++
 		}
 	}
-	if hotLost > capacity/4/10 {
-		t.Fatalf("%d of %d evictions hit recently used keys, want <= 10%%", hotLost, capacity/4)
+	// A victim is hot only when all 8 sampled keys are. The cold keys run
+	// out as they are evicted (500 → 250 of 1000), so that chance grows from
+	// 0.4% to 10% (0.75^8): about 10 of 250 in expectation, and over 25 in a
+	// few percent of runs. Random eviction would lose about 150.
+	if hotLost > capacity/4/5 {
+		t.Fatalf("%d of %d evictions hit recently used keys, want <= 20%%", hotLost, capacity/4)
 	}
 }
 

@@ -34,6 +34,7 @@ func benchImpls(alg limit.Algorithm) []impl {
 	}
 	return []impl{
 		{"optimized", func() limit.Limiter { return newTable(alg, table.Config{}) }},
+		{"tracked", func() limit.Limiter { return newTable(alg, table.Config{TrackChanges: true}) }},
 		{"reference", refs[alg]},
 	}
 }
@@ -92,6 +93,56 @@ func BenchmarkTakeParallel(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkTakeTracked is the optimized tables with TrackChanges, drained
+// every drainEvery takes (per goroutine) as a replicator would: on one
+// key, a take costs one load of its mark but once per drain, when it
+// marks the key and queues it; spread over 65,536 keys, nearly every take
+// is the first to change its key since the drain.
+func BenchmarkTakeTracked(b *testing.B) {
+	keys := make([]string, 1<<16)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("account:%012d", i)
+	}
+	for _, alg := range benchAlgs {
+		b.Run(alg.String()+"/one", func(b *testing.B) {
+			l, r := newTable(alg, table.Config{TrackChanges: true}), benchRule(alg)
+			now := t0
+			l.Take(keys[0], now, r, 1)
+			i := 0
+			for b.Loop() {
+				now += benchStep
+				l.Take(keys[0], now, r, 1)
+				if i++; i%drainEvery == 0 {
+					l.Changed(1<<20, func(string) {})
+				}
+			}
+		})
+		b.Run(alg.String()+"/spread", func(b *testing.B) {
+			l, r := newTable(alg, table.Config{TrackChanges: true}), benchRule(alg)
+			for _, k := range keys {
+				l.Take(k, t0, r, 1)
+			}
+			var seq atomic.Uint64
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				i := seq.Add(1) * 7919
+				now := t0
+				for n := 1; pb.Next(); n++ {
+					i++
+					now += benchStep
+					l.Take(keys[i&(1<<16-1)], now, r, 1)
+					if n%drainEvery == 0 {
+						l.Changed(1<<20, func(string) {})
+					}
+				}
+			})
+		})
+	}
+}
+
+// drainEvery is how many takes BenchmarkTakeTracked makes between drains.
+const drainEvery = 4096
 
 // BenchmarkHeapPerKey reports the heap held per key with 1,000,000 keys of
 // 20 bytes: FIXED_WINDOW and SLIDING_WINDOW after one take each,

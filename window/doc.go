@@ -87,6 +87,14 @@
 // instant the counted hits are the newest ones and Limit counted hits
 // reject everything.
 //
+// # Moving state between nodes
+//
+// Export encodes a key's state (a window and its counts, or a log's
+// timestamps) into versioned bytes that need no rule to read; Import
+// merges such bytes into a key, keeping whichever state has consumed
+// more. state.go and logstate.go have the formats and the merge rules with
+// their arguments; transfer.go how an import meets concurrent takes.
+//
 // # Concurrency
 //
 // Fixed and Sliding keep a key's state in one 64-bit word updated by

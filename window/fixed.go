@@ -84,12 +84,15 @@ func unpackFixed(w int64) cell {
 	return cell{g: g, slot: w & lowMask >> cb, cur: w & (1<<cb - 1)}
 }
 
-// idleFixed reports whether a key in state c has been equivalent to a fresh
-// key since idleSlack before now: its window has ended, under any period of
-// its octave.
-func idleFixed(c cell, now int64) bool {
-	return c.cur == 0 || mappedEndBound(c.slot, c.g) <= now-idleSlack
+// freshFixed reports whether a key in state c is equivalent to a fresh key
+// at now: its window has ended, under any period of its octave.
+func freshFixed(c cell, now int64) bool {
+	return c.cur == 0 || mappedEndBound(c.slot, c.g) <= now
 }
+
+// idleFixed reports whether a key in state c has been equivalent to a fresh
+// key since idleSlack before now.
+func idleFixed(c cell, now int64) bool { return freshFixed(c, now-idleSlack) }
 
 // Fixed is the FIXED_WINDOW table: windows aligned to multiples of Period
 // since the Unix epoch, each admitting Limit hits.
@@ -99,7 +102,10 @@ func idleFixed(c cell, now int64) bool {
 // packs again. All methods are safe for concurrent use.
 type Fixed struct{ hybridTable }
 
-var fixedCodec = codec{pack: packFixed, unpack: unpackFixed, decide: decideFixed, idle: idleFixed}
+var fixedCodec = codec{
+	kind: limit.FixedWindow, pack: packFixed, unpack: unpackFixed, decide: decideFixed,
+	idle: idleFixed, fresh: freshFixed, merge: mergeFixed,
+}
 
 // NewFixed returns an empty FIXED_WINDOW table.
 func NewFixed(cfg table.Config) *Fixed {
@@ -116,11 +122,18 @@ func (f *Fixed) Take(key string, now int64, r limit.Rule, hits int64) limit.Deci
 			if !ok {
 				break
 			}
-			if nw == w || e.Word.CompareAndSwap(w, nw) {
+			if nw == w {
+				return d
+			}
+			if e.Word.CompareAndSwap(w, nw) {
+				f.t.MarkChanged(key, e)
 				return d
 			}
 		}
-		if d, ok := fixedCodec.takeWide(e, now, r, hits); ok {
+		if d, changed, ok := fixedCodec.takeWide(e, now, r, hits); ok {
+			if changed {
+				f.t.MarkChanged(key, e)
+			}
 			return d
 		}
 	}

@@ -14,11 +14,15 @@ type impl struct {
 	new  func() limit.Limiter
 }
 
-var testCfg = table.Config{MaxKeys: 1 << 12}
+var (
+	testCfg    = table.Config{MaxKeys: 1 << 12}
+	trackedCfg = table.Config{MaxKeys: 1 << 12, TrackChanges: true}
+)
 
 func fixedImpls() []impl {
 	return []impl{
 		{"optimized", func() limit.Limiter { return NewFixed(testCfg) }},
+		{"tracked", func() limit.Limiter { return NewFixed(trackedCfg) }},
 		{"reference", func() limit.Limiter { return newRefFixed() }},
 	}
 }
@@ -26,6 +30,7 @@ func fixedImpls() []impl {
 func slidingImpls() []impl {
 	return []impl{
 		{"optimized", func() limit.Limiter { return NewSliding(testCfg) }},
+		{"tracked", func() limit.Limiter { return NewSliding(trackedCfg) }},
 		{"reference", func() limit.Limiter { return newRefSliding() }},
 	}
 }
@@ -33,6 +38,7 @@ func slidingImpls() []impl {
 func logImpls() []impl {
 	return []impl{
 		{"optimized", func() limit.Limiter { return NewLog(testCfg) }},
+		{"tracked", func() limit.Limiter { return NewLog(trackedCfg) }},
 		{"reference", func() limit.Limiter { return newRefLog() }},
 	}
 }

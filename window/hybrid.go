@@ -36,44 +36,58 @@ import (
 // code (31) is no slot exponent's, so it is never a packed state.
 const wideWord int64 = 31 << codeShift
 
-// codec is one algorithm's view of a cell: its packing, decision and
-// idleness.
+// codec is one algorithm's view of a cell: its packing, decision,
+// idleness and merge (state.go).
 type codec struct {
+	kind   limit.Algorithm
 	pack   func(cell) (int64, bool)
 	unpack func(int64) cell
 	decide func(c cell, now int64, r limit.Rule, hits int64) (cell, limit.Decision)
-	idle   func(c cell, now int64) bool
+	idle   func(c cell, now int64) bool // fresh since idleSlack before now (Sweep)
+	fresh  func(c cell, now int64) bool // equivalent to a fresh key at now
+	merge  func(a, b cell, now int64) cell
 }
 
-// takeWide runs a take under e's mutex. It reports false when the caller
-// must start over: e was retired, or the state is packed and the result
-// packs too (a lock-free taker changed the word since the caller looked).
-func (k *codec) takeWide(e *table.Entry[*cell], now int64, r limit.Rule, hits int64) (limit.Decision, bool) {
+// takeWide runs a take under e's mutex and reports whether it changed the
+// key's state. ok is false when the caller must start over: e was retired,
+// or a lock-free taker changed the packed word since it was read.
+func (k *codec) takeWide(e *table.Entry[*cell], now int64, r limit.Rule, hits int64) (d limit.Decision, changed, ok bool) {
 	e.Mu.Lock()
 	defer e.Mu.Unlock()
 	w := e.Word.Load()
 	if w == table.Dead {
-		return limit.Decision{}, false
+		return limit.Decision{}, false, false
 	}
 	c := wideOrPacked(e, w, k.unpack)
 	nc, d := k.decide(c, now, r, hits)
-	nw, fits := k.pack(nc)
+	if !k.store(e, w, nc) {
+		return limit.Decision{}, false, false
+	}
+	return d, nc != c, true
+}
+
+// store replaces e's cell, whose word was w, by c, under e.Mu (held). A
+// packed word may still be changed by lock-free takers, so it is replaced
+// by CAS; store reports false when that CAS lost and the caller must start
+// over from the new word.
+func (k *codec) store(e *table.Entry[*cell], w int64, c cell) bool {
+	nw, fits := k.pack(c)
 	switch {
 	case w == wideWord && fits:
 		e.Word.Store(nw)
 		e.State = nil
 	case w == wideWord:
-		*e.State = nc
+		*e.State = c
 	case fits:
-		return limit.Decision{}, false
+		return nw == w || e.Word.CompareAndSwap(w, nw)
 	default:
-		e.State = &nc
+		e.State = &c
 		if !e.Word.CompareAndSwap(w, wideWord) {
 			e.State = nil
-			return limit.Decision{}, false
+			return false
 		}
 	}
-	return d, true
+	return true
 }
 
 // wideOrPacked returns the cell of e, whose word is w. e.Mu must be held.

@@ -129,8 +129,16 @@ func (l *Log) Take(key string, now int64, r limit.Rule, hits int64) limit.Decisi
 		e := l.t.Lookup(key, now, hits > 0)
 		e.Mu.Lock()
 		if !e.Dead() {
+			idleAt := e.State.idleAt
 			d := e.State.take(now, r, hits)
+			// The state changed when hits were recorded or the log was
+			// cleared (every record or clear moves idleAt but a record at
+			// the same instant under the same rule).
+			changed := e.State.idleAt != idleAt || hits > 0 && (d.Allowed || r.Behavior.Has(limit.CountRejected))
 			e.Mu.Unlock()
+			if changed {
+				l.t.MarkChanged(key, e)
+			}
 			return d
 		}
 		e.Mu.Unlock()

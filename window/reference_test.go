@@ -61,10 +61,16 @@ type refWindows struct {
 	mu      sync.Mutex
 	m       map[string]*refWindow
 	sliding bool
+	changed map[string]bool // keys changed since Changed last handed them out
 }
 
-func newRefFixed() *refWindows   { return &refWindows{m: map[string]*refWindow{}} }
-func newRefSliding() *refWindows { return &refWindows{m: map[string]*refWindow{}, sliding: true} }
+func newRefFixed() *refWindows {
+	return &refWindows{m: map[string]*refWindow{}, changed: map[string]bool{}}
+}
+
+func newRefSliding() *refWindows {
+	return &refWindows{m: map[string]*refWindow{}, sliding: true, changed: map[string]bool{}}
+}
 
 func (t *refWindows) Take(key string, now int64, r limit.Rule, hits int64) limit.Decision {
 	t.mu.Lock()
@@ -74,6 +80,12 @@ func (t *refWindows) Take(key string, now int64, r limit.Rule, hits int64) limit
 		s = &refWindow{}
 		t.m[key] = s
 	}
+	before := *s
+	defer func() {
+		if *s != before {
+			t.changed[key] = true
+		}
+	}()
 	if r.Behavior.Has(limit.Reset) {
 		*s = refWindow{}
 	}
@@ -194,6 +206,7 @@ func (t *refWindows) Sweep(now int64, _ int) int {
 		}
 		if s.cur == 0 && s.prev == 0 || horizon <= now-idleSlack {
 			delete(t.m, k)
+			delete(t.changed, k)
 			n++
 		}
 	}
@@ -211,11 +224,12 @@ type refLogKey struct {
 }
 
 type refLog struct {
-	mu sync.Mutex
-	m  map[string]*refLogKey
+	mu      sync.Mutex
+	m       map[string]*refLogKey
+	changed map[string]bool // keys changed since Changed last handed them out
 }
 
-func newRefLog() *refLog { return &refLog{m: map[string]*refLogKey{}} }
+func newRefLog() *refLog { return &refLog{m: map[string]*refLogKey{}, changed: map[string]bool{}} }
 
 func (t *refLog) Take(key string, now int64, r limit.Rule, hits int64) limit.Decision {
 	t.mu.Lock()
@@ -228,6 +242,9 @@ func (t *refLog) Take(key string, now int64, r limit.Rule, hits int64) limit.Dec
 	now = min(max(now, 0), MaxTime)
 	hits = max(hits, 0)
 	if r.Behavior.Has(limit.Reset) || s.idleAt != 0 && now >= s.idleAt {
+		if s.idleAt != 0 {
+			t.changed[key] = true
+		}
 		*s = refLogKey{}
 	}
 	at := now
@@ -255,6 +272,7 @@ func (t *refLog) Take(key string, now int64, r limit.Rule, hits int64) limit.Dec
 		}
 		s.times, counted = times, times
 		s.last, s.idleAt = at, at+max(p, mi)
+		t.changed[key] = true
 	}
 	n = int64(len(counted))
 	d.Remaining = max(lim-n, 0)
@@ -285,6 +303,7 @@ func (t *refLog) Sweep(now int64, _ int) int {
 	for k, s := range t.m {
 		if s.idleAt <= now-idleSlack {
 			delete(t.m, k)
+			delete(t.changed, k)
 			n++
 		}
 	}

@@ -107,12 +107,16 @@ func unpackSliding(w int64) cell {
 	return cell{g: g, slot: w & lowMask >> (2 * b), prev: w >> b & mask, cur: w & mask}
 }
 
-// idleSliding reports whether a key in state c has been equivalent to a
-// fresh key since idleSlack before now: one whole period (the longest of
-// its octave) after its window ended, the estimate is 0.
-func idleSliding(c cell, now int64) bool {
-	return c.cur == 0 && c.prev == 0 || mappedEndBound(c.slot, c.g)+maxPeriodOf(c.g) <= now-idleSlack
+// freshSliding reports whether a key in state c is equivalent to a fresh
+// key at now: one whole period (the longest of its octave) after its
+// window ended, the estimate is 0.
+func freshSliding(c cell, now int64) bool {
+	return c.cur == 0 && c.prev == 0 || mappedEndBound(c.slot, c.g)+maxPeriodOf(c.g) <= now
 }
+
+// idleSliding reports whether a key in state c has been equivalent to a
+// fresh key since idleSlack before now.
+func idleSliding(c cell, now int64) bool { return freshSliding(c, now-idleSlack) }
 
 // Sliding is the SLIDING_WINDOW table: Cloudflare's sliding-window counter,
 // which weighs the previous fixed window's count by the part of it the
@@ -123,7 +127,10 @@ func idleSliding(c cell, now int64) bool {
 // packs again. All methods are safe for concurrent use.
 type Sliding struct{ hybridTable }
 
-var slidingCodec = codec{pack: packSliding, unpack: unpackSliding, decide: decideSliding, idle: idleSliding}
+var slidingCodec = codec{
+	kind: limit.SlidingWindow, pack: packSliding, unpack: unpackSliding, decide: decideSliding,
+	idle: idleSliding, fresh: freshSliding, merge: mergeSliding,
+}
 
 // NewSliding returns an empty SLIDING_WINDOW table.
 func NewSliding(cfg table.Config) *Sliding {
@@ -140,11 +147,18 @@ func (s *Sliding) Take(key string, now int64, r limit.Rule, hits int64) limit.De
 			if !ok {
 				break
 			}
-			if nw == w || e.Word.CompareAndSwap(w, nw) {
+			if nw == w {
+				return d
+			}
+			if e.Word.CompareAndSwap(w, nw) {
+				s.t.MarkChanged(key, e)
 				return d
 			}
 		}
-		if d, ok := slidingCodec.takeWide(e, now, r, hits); ok {
+		if d, changed, ok := slidingCodec.takeWide(e, now, r, hits); ok {
+			if changed {
+				s.t.MarkChanged(key, e)
+			}
 			return d
 		}
 	}

@@ -1,0 +1,73 @@
+package limit
+
+// KeyState is one key's state in one algorithm's table, as moved between
+// nodes: on a membership change (handoff) and to the node that would own the
+// key next (replication). Key is the node's table key; State is encoded by
+// the algorithm's package (Limiter.Export) and merged by it on arrival
+// (Limiter.Import).
+type KeyState struct {
+	Algorithm Algorithm
+	Key       string
+	State     []byte
+}
+
+// Transfer says why key states are moved, for metrics and logs.
+type Transfer uint8
+
+const (
+	Replica Transfer = iota // changed keys, every replication interval
+	Join                    // handoff after a node joined
+	Leave                   // handoff after a node left
+	numTransfers
+)
+
+var transferNames = [numTransfers]string{"replica", "join", "leave"}
+
+// String returns a lower-case metric label value, e.g. "join".
+func (t Transfer) String() string {
+	if t < numTransfers {
+		return transferNames[t]
+	}
+	return "unknown"
+}
+
+// Transfers lists every Transfer.
+func Transfers() []Transfer { return []Transfer{Replica, Join, Leave} }
+
+// StateMover is the part of a Limiter that moves per-key state between
+// nodes: handoff when ring ownership changes, and replication of changed
+// keys to a backup. Keys are the node's table keys, opaque to the Limiter;
+// states are bytes the algorithm's package encodes (versioned and
+// self-describing: the receiver needs no rule to merge them).
+//
+// Every method is safe for concurrent use with takes and with each other.
+// None calls out while holding a lock of the table.
+type StateMover interface {
+	// Export returns key's encoded state at now (Unix ns); ok is false when
+	// the key is absent or its state equals a fresh key's (nothing worth
+	// moving). It holds the key's lock for a few loads.
+	Export(key string, now int64) (state []byte, ok bool)
+	// Import merges an exported state into key at now: it inserts the key
+	// when absent (respecting the key cap, which may evict a least recently
+	// used key) and otherwise keeps whichever of the two states has
+	// consumed more, so that the key never admits more than either would
+	// have. Bytes that do not decode, or belong to another algorithm, are
+	// an error and change nothing. Concurrent takes on the key stay exact:
+	// the merge uses the key's own locking protocol. When the merge changed
+	// the key, it is marked changed (see Changed).
+	Import(key string, state []byte, now int64) error
+	// Range calls fn with every key held until fn returns false. fn runs
+	// with no lock of the table held and may call any method; keys added
+	// or removed meanwhile may or may not be visited.
+	Range(fn func(key string) bool)
+	// Delete removes key and reports whether it was held. A take racing it
+	// starts over from a fresh key; it never updates the removed state.
+	Delete(key string) bool
+	// Changed calls fn with up to max keys whose state changed since they
+	// were last handed out, and returns how many it handed out. A key's
+	// mark is cleared before fn sees it, so a change made after that marks
+	// it again: no change is lost, and fn may Export the key to send it.
+	// Only a table made with table.Config.TrackChanges marks keys; others
+	// hand out none. fn runs with no lock of the table held.
+	Changed(max int, fn func(key string)) int
+}

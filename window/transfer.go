@@ -1,0 +1,196 @@
+package window
+
+import (
+	"github.com/shardlimiter/shardlimiter/limit"
+	"github.com/shardlimiter/shardlimiter/table"
+)
+
+// The table side of moving state (state.go and logstate.go have the
+// formats and the merges).
+//
+// Fixed and Sliding read and merge a cell under the entry's mutex, which
+// keeps it from moving between the packed word and the mutex form (see
+// hybrid.go). A packed word may still change under a lock-free taker
+// meanwhile: Export reads one word, a state some take left, and Import
+// writes a packed result by CAS from the word it merged with, starting
+// over when a taker got there first. The log is all under the mutex. A
+// retired entry (swept, evicted, deleted: Dead) is looked up again, so an
+// import never lands on a removed entry.
+
+// exportCell returns key's encoded cell, ok false when absent or fresh at
+// now.
+func (k *codec) exportCell(t *table.Table[*cell], key string, now int64) ([]byte, bool) {
+	now = clampTime(now)
+	e := t.Peek(key)
+	if e == nil {
+		return nil, false
+	}
+	e.Mu.Lock()
+	w := e.Word.Load()
+	var c cell
+	if w != table.Dead {
+		c = wideOrPacked(e, w, k.unpack)
+	}
+	e.Mu.Unlock()
+	if w == table.Dead || k.fresh(c, now) {
+		return nil, false
+	}
+	return encodeCell(k.kind, c), true
+}
+
+// importCell merges an encoded cell into key (see Limiter.Import).
+func (k *codec) importCell(t *table.Table[*cell], key string, state []byte, now int64) error {
+	in, err := decodeCell(state, k.kind)
+	if err != nil {
+		return err
+	}
+	now = clampTime(now)
+	if k.fresh(in, now) {
+		return nil
+	}
+	for {
+		e := t.Get(key, now)
+		changed, ok := k.mergeLocked(e, in, now)
+		if ok {
+			if changed {
+				t.MarkChanged(key, e)
+			}
+			return nil
+		}
+	}
+}
+
+// mergeLocked merges in into e's cell under its mutex and reports whether
+// the cell changed; ok is false when the caller must start over (e was
+// retired, or a lock-free taker moved the word meanwhile).
+func (k *codec) mergeLocked(e *table.Entry[*cell], in cell, now int64) (changed, ok bool) {
+	e.Mu.Lock()
+	defer e.Mu.Unlock()
+	w := e.Word.Load()
+	if w == table.Dead {
+		return false, false
+	}
+	c := wideOrPacked(e, w, k.unpack)
+	m := k.merge(c, in, now)
+	if m == c {
+		return false, true
+	}
+	return true, k.store(e, w, m)
+}
+
+// Export returns key's encoded state at now (Unix ns), ok false when the
+// key is absent or equivalent to a fresh key (its window is over). Safe
+// for concurrent use.
+func (f *Fixed) Export(key string, now int64) (state []byte, ok bool) {
+	return fixedCodec.exportCell(f.t, key, now)
+}
+
+// Import merges an exported FIXED_WINDOW state into key at now, keeping
+// whichever state has consumed more (state.go); see limit.StateMover.
+// Safe for concurrent use.
+func (f *Fixed) Import(key string, state []byte, now int64) error {
+	return fixedCodec.importCell(f.t, key, state, now)
+}
+
+// Export returns key's encoded state at now (Unix ns), ok false when the
+// key is absent or equivalent to a fresh key (its estimate is 0 for good).
+// Safe for concurrent use.
+func (s *Sliding) Export(key string, now int64) (state []byte, ok bool) {
+	return slidingCodec.exportCell(s.t, key, now)
+}
+
+// Import merges an exported SLIDING_WINDOW state into key at now, keeping
+// whichever state has consumed more (state.go); see limit.StateMover.
+// Safe for concurrent use.
+func (s *Sliding) Import(key string, state []byte, now int64) error {
+	return slidingCodec.importCell(s.t, key, state, now)
+}
+
+// Delete removes key and reports whether it was held. A take that raced
+// it starts over from a fresh key. Safe for concurrent use.
+func (h hybridTable) Delete(key string) bool { return h.t.Delete(key) }
+
+// Range calls fn with every key held until fn returns false, with no lock
+// of the table held while fn runs. Safe for concurrent use.
+func (h hybridTable) Range(fn func(key string) bool) { h.t.Range(fn) }
+
+// Changed calls fn with up to max keys whose state a take (or an import)
+// changed since they were last handed out, clearing their mark first, and
+// returns how many; see limit.StateMover. Only a table made with
+// table.Config.TrackChanges marks keys. Safe for concurrent use.
+func (h hybridTable) Changed(max int, fn func(key string)) int { return h.t.DrainChanged(max, fn) }
+
+// Export returns key's encoded log at now (Unix ns), ok false when the key
+// is absent or equivalent to a fresh key. It holds the key's mutex while
+// it copies the timestamps out as runs (at most limit.MaxLogLimit), and
+// encodes them after. Safe for concurrent use.
+func (l *Log) Export(key string, now int64) (state []byte, ok bool) {
+	now = clampTime(now)
+	e := l.t.Peek(key)
+	if e == nil {
+		return nil, false
+	}
+	e.Mu.Lock()
+	var im logImage
+	if !e.Dead() {
+		im = imageOfLog(&e.State)
+	}
+	e.Mu.Unlock()
+	if im.freshAt(now) {
+		return nil, false
+	}
+	return encodeLog(im), true
+}
+
+// Import merges an exported SLIDING_LOG state into key at now, keeping
+// what both logs have counted (logstate.go); see limit.StateMover. Safe
+// for concurrent use.
+func (l *Log) Import(key string, state []byte, now int64) error {
+	in, err := decodeLog(state)
+	if err != nil {
+		return err
+	}
+	now = clampTime(now)
+	if in.freshAt(now) {
+		return nil
+	}
+	for {
+		e := l.t.Get(key, now)
+		e.Mu.Lock()
+		if e.Dead() {
+			e.Mu.Unlock()
+			continue
+		}
+		local := imageOfLog(&e.State)
+		m := mergeLogs(local, in, now)
+		changed := !m.equal(local)
+		if changed {
+			setLog(&e.State, m)
+		}
+		e.Mu.Unlock()
+		if changed {
+			l.t.MarkChanged(key, e)
+		}
+		return nil
+	}
+}
+
+// Delete removes key and reports whether it was held. A take that raced
+// it starts over from a fresh key. Safe for concurrent use.
+func (l *Log) Delete(key string) bool { return l.t.Delete(key) }
+
+// Range calls fn with every key held until fn returns false, with no lock
+// of the table held while fn runs. Safe for concurrent use.
+func (l *Log) Range(fn func(key string) bool) { l.t.Range(fn) }
+
+// Changed calls fn with up to max keys whose state a take (or an import)
+// changed since they were last handed out, clearing their mark first, and
+// returns how many; see limit.StateMover. Only a table made with
+// table.Config.TrackChanges marks keys. Safe for concurrent use.
+func (l *Log) Changed(max int, fn func(key string)) int { return l.t.DrainChanged(max, fn) }
+
+var (
+	_ limit.StateMover = (*Fixed)(nil)
+	_ limit.StateMover = (*Sliding)(nil)
+	_ limit.StateMover = (*Log)(nil)
+)
