@@ -22,6 +22,8 @@ const (
 	defaultGRPCAddr      = ":8081"
 	defaultGossipAddr    = ":7946"
 	defaultShutdownGrace = 5 * time.Second
+	// defaultHandoffTimeout is --handoff-timeout's default.
+	defaultHandoffTimeout = 5 * time.Second
 )
 
 // limiterPod is the pod template of the one workload of an overlay that runs
@@ -173,13 +175,25 @@ func (p *limiterPod) gossipPort(t *testing.T) int32 {
 
 func (p *limiterPod) shutdownGrace(t *testing.T) time.Duration {
 	t.Helper()
-	v, ok := p.Env["SHARDLIMITER_SHUTDOWN_GRACE"]
+	return p.duration(t, "SHARDLIMITER_SHUTDOWN_GRACE", defaultShutdownGrace)
+}
+
+// handoffTimeout is the limiter's --handoff-timeout: the longest a leaving
+// node waits for the new owners to take its keys.
+func (p *limiterPod) handoffTimeout(t *testing.T) time.Duration {
+	t.Helper()
+	return p.duration(t, "SHARDLIMITER_HANDOFF_TIMEOUT", defaultHandoffTimeout)
+}
+
+func (p *limiterPod) duration(t *testing.T, env string, def time.Duration) time.Duration {
+	t.Helper()
+	v, ok := p.Env[env]
 	if !ok {
-		return defaultShutdownGrace
+		return def
 	}
 	d, err := time.ParseDuration(v)
 	if err != nil {
-		t.Fatalf("SHARDLIMITER_SHUTDOWN_GRACE=%q: %v", v, err)
+		t.Fatalf("%s=%q: %v", env, v, err)
 	}
 	return d
 }

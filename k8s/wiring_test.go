@@ -331,7 +331,8 @@ func checkJoinNamespace(t *testing.T, seed, ns string, svc *corev1.Service, p *l
 }
 
 // checkGrace: the pod's grace period covers the limiter's whole shutdown
-// (preStop sleep, then --shutdown-grace), after the application containers'
+// (preStop sleep, then the handoff of its keys, up to --handoff-timeout,
+// then --shutdown-grace), after the application containers'
 // preStop sleeps when the limiter is a native sidecar (it stops after them).
 func checkGrace(t *testing.T, _ *rendered, p *limiterPod, _ overlayWant) {
 	spec := &p.Template.Spec
@@ -346,7 +347,7 @@ func checkGrace(t *testing.T, _ *rendered, p *limiterPod, _ overlayWant) {
 	if ls.PreStop.Exec != nil {
 		t.Error("limiter preStop uses exec: the image has no shell")
 	}
-	need := time.Duration(ls.PreStop.Sleep.Seconds)*time.Second + p.shutdownGrace(t)
+	need := time.Duration(ls.PreStop.Sleep.Seconds)*time.Second + p.handoffTimeout(t) + p.shutdownGrace(t)
 	if p.Native {
 		for _, c := range spec.Containers {
 			if c.Lifecycle != nil && c.Lifecycle.PreStop != nil && c.Lifecycle.PreStop.Sleep != nil {
@@ -355,6 +356,6 @@ func checkGrace(t *testing.T, _ *rendered, p *limiterPod, _ overlayWant) {
 		}
 	}
 	if grace <= need {
-		t.Errorf("terminationGracePeriodSeconds = %v, want more than preStop sleep + shutdown grace = %v", grace, need)
+		t.Errorf("terminationGracePeriodSeconds = %v, want more than preStop sleep + handoff timeout + shutdown grace = %v", grace, need)
 	}
 }

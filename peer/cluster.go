@@ -2,12 +2,17 @@ package peer
 
 // ClusterInfo is this node's view of the cluster, served at /v1/cluster.
 type ClusterInfo struct {
-	Node        string       `json:"node"`
-	GRPCAddr    string       `json:"grpc_addr"`
-	RingVersion uint64       `json:"ring_version"`
-	Ready       bool         `json:"ready"`
-	Leaving     bool         `json:"leaving"`
-	FailPolicy  string       `json:"fail_policy"`
+	Node        string `json:"node"`
+	GRPCAddr    string `json:"grpc_addr"`
+	RingVersion uint64 `json:"ring_version"`
+	Ready       bool   `json:"ready"`
+	Leaving     bool   `json:"leaving"`
+	FailPolicy  string `json:"fail_policy"`
+	// Handoff counts the ring partitions marked for handoff, by mark
+	// (incoming, moved, received); empty when no handoff is in progress.
+	Handoff map[string]int `json:"handoff"`
+	// Replication is the replication interval ("100ms"), "off" when 0.
+	Replication string       `json:"replication"`
 	Members     []MemberInfo `json:"members"`
 }
 
@@ -29,6 +34,11 @@ func (n *Node) Cluster() ClusterInfo {
 		Ready:       n.Ready(),
 		Leaving:     n.leaving.Load(),
 		FailPolicy:  n.cfg.FailPolicy.String(),
+		Handoff:     n.ho.counts(),
+		Replication: "off",
+	}
+	if n.cfg.ReplicationInterval > 0 {
+		info.Replication = n.cfg.ReplicationInterval.String()
 	}
 	for _, m := range v.snap.Members() {
 		info.Members = append(info.Members, MemberInfo{Name: m.Name, Addr: m.Addr, Share: shares[m.Name]})

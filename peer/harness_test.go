@@ -47,6 +47,7 @@ type testNode struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 	down   bool // server stopped (crash or leave)
+	deaf   bool // not told of membership changes: its ring goes stale
 }
 
 // testCluster owns its nodes; everything stops in t.Cleanup.
@@ -85,6 +86,9 @@ func (c *testCluster) signal() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, tn := range c.nodes {
+		if tn.deaf {
+			continue
+		}
 		select {
 		case tn.gossip.changed <- struct{}{}:
 		default:
@@ -110,7 +114,7 @@ func (c *testCluster) add() *testNode {
 	if tn.node, err = New(cfg); err != nil {
 		t.Fatal(err)
 	}
-	tn.srv = transport.NewGRPCServer(transport.GRPCConfig{Checker: tn.node, Local: transport.CheckerFunc(tn.node.CheckLocal)})
+	tn.srv = transport.NewGRPCServer(transport.GRPCConfig{Checker: tn.node, Local: transport.CheckerFunc(tn.node.CheckLocal), State: tn.node})
 	go tn.srv.Serve(lis)
 	ctx, cancel := context.WithCancel(context.Background())
 	tn.cancel = cancel
@@ -127,6 +131,9 @@ func (c *testCluster) waitConverged() {
 	want := names(c.members())
 	poll.Until(c.t, 5*time.Second, func() bool {
 		for _, tn := range c.running() {
+			if tn.deaf {
+				continue
+			}
 			if !slices.Equal(names(tn.node.view.Load().snap.Members()), want) {
 				return false
 			}

@@ -13,6 +13,18 @@ type metrics struct {
 	ringMembers  prometheus.Gauge
 	ringRebuilds prometheus.Counter
 	swept        prometheus.Counter
+
+	transferSent       [3]prometheus.Counter // by limit.Transfer
+	transferReceived   [3]prometheus.Counter // by limit.Transfer
+	transferMalformed  prometheus.Counter
+	handoffIncomplete  prometheus.Counter
+	handoffWait        prometheus.Observer
+	replicationRound   prometheus.Observer
+	replicationErrors  prometheus.Counter
+	replicationDropped prometheus.Counter
+	standin            prometheus.Counter
+	notOwner           prometheus.Counter
+	redirects          prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer, n *Node) *metrics {
@@ -37,11 +49,64 @@ func newMetrics(reg prometheus.Registerer, n *Node) *metrics {
 	for i, name := range policyNames {
 		m.fallback[i] = fallback.WithLabelValues(name)
 	}
+	sent := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "shardlimiter_state_keys_sent_total",
+		Help: "Key states sent to other nodes, by transfer (replica: replication; join, leave: handoff on a membership change).",
+	}, []string{"transfer"})
+	received := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "shardlimiter_state_keys_received_total",
+		Help: "Key states received from other nodes and merged, by transfer.",
+	}, []string{"transfer"})
+	for _, t := range limit.Transfers() {
+		m.transferSent[t] = sent.WithLabelValues(t.String())
+		m.transferReceived[t] = received.WithLabelValues(t.String())
+	}
+	m.transferMalformed = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "shardlimiter_state_keys_refused_total",
+		Help: "Key states received that did not decode and were dropped.",
+	})
+	m.handoffIncomplete = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "shardlimiter_handoff_incomplete_total",
+		Help: "Handoffs given up: a pull or push that failed, a check that stopped waiting for its partition's state, a leave whose handoff was not acknowledged before the deadline.",
+	})
+	handoffWait := prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "shardlimiter_handoff_wait_seconds",
+		Help:    "How long a batch waited for the state of a partition this node had just gained.",
+		Buckets: prometheus.ExponentialBuckets(0.0005, 4, 8),
+	})
+	m.handoffWait = handoffWait
+	round := prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "shardlimiter_replication_round_seconds",
+		Help:    "Time to send one round of changed keys to their replica holders: with the interval, the replication lag.",
+		Buckets: prometheus.ExponentialBuckets(0.0005, 4, 8),
+	})
+	m.replicationRound = round
+	m.replicationErrors = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "shardlimiter_replication_errors_total",
+		Help: "Replication sends that failed (their keys are sent again on their next change).",
+	})
+	m.replicationDropped = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "shardlimiter_replication_dropped_keys_total",
+		Help: "Changed keys not replicated because their destination's backlog was full.",
+	})
+	m.standin = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "shardlimiter_peer_standin_decisions_total",
+		Help: "Checks decided from a replica because their owner could not be reached.",
+	})
+	m.notOwner = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "shardlimiter_peer_not_owner_total",
+		Help: "Forwarded checks refused because this node does not own their key (the sender routes them again).",
+	})
+	m.redirects = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "shardlimiter_peer_redirects_total",
+		Help: "Checks sent on to the owner another node named after it refused them.",
+	})
 	if reg == nil {
 		return m
 	}
 	reg.MustRegister(fallback, m.ringMembers, m.ringRebuilds, m.swept,
-		tableCollector{n: n})
+		tableCollector{n: n}, sent, received, m.transferMalformed, m.handoffIncomplete,
+		handoffWait, round, m.replicationErrors, m.replicationDropped, m.standin, m.notOwner, m.redirects, handoffCollector{n: n})
 	return m
 }
 
@@ -66,5 +131,21 @@ func (c tableCollector) Collect(ch chan<- prometheus.Metric) {
 		l := c.n.limiters[a]
 		ch <- prometheus.MustNewConstMetric(keysDesc, prometheus.GaugeValue, float64(l.Len()), a.String())
 		ch <- prometheus.MustNewConstMetric(evictedDesc, prometheus.CounterValue, float64(l.Evicted()), a.String())
+	}
+}
+
+// handoffCollector reports the partitions marked for handoff at scrape time.
+type handoffCollector struct{ n *Node }
+
+var partitionsDesc = prometheus.NewDesc("shardlimiter_handoff_partitions",
+	"Ring partitions marked for handoff on this node, by mark (incoming: state awaited; moved: handed to another node; received: handed here before the ring said so).",
+	[]string{"mark"}, nil)
+
+func (c handoffCollector) Describe(ch chan<- *prometheus.Desc) { ch <- partitionsDesc }
+
+func (c handoffCollector) Collect(ch chan<- prometheus.Metric) {
+	counts := c.n.ho.counts()
+	for _, k := range partKindNames[1:] {
+		ch <- prometheus.MustNewConstMetric(partitionsDesc, prometheus.GaugeValue, float64(counts[k]), k)
 	}
 }

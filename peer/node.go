@@ -12,7 +12,7 @@
 // owner decides on its own tables and never forwards again (one hop at
 // most). When an owner cannot be reached, the node's FailPolicy decides.
 //
-// Membership comes from gossip (Membership, hashicorp/memberlist). One
+// Membership comes from gossip (package gossip, hashicorp/memberlist). One
 // goroutine rebuilds the ring snapshot when membership changes; checks load
 // the current snapshot without a lock.
 //
@@ -43,8 +43,8 @@ import (
 	"github.com/shardlimiter/shardlimiter/window"
 )
 
-// Gossip is what a node needs of its membership. *Membership implements
-// it; tests may use a fake.
+// Gossip is what a node needs of its membership. *gossip.Membership
+// implements it; tests may use a fake.
 type Gossip interface {
 	// Run joins and serves gossip until ctx is done.
 	Run(ctx context.Context) error
@@ -89,6 +89,17 @@ type Config struct {
 	// timeouts while a peer is dead; shorter returns to a recovered peer
 	// sooner.
 	PeerBackoff time.Duration
+	// ReplicationInterval is how often the keys changed since the last time
+	// are sent to the node that would own them next (see replicate.go); a
+	// crash loses at most this much of each key's hits. 0 turns replication
+	// off: a crashed node's keys then restart from a fresh state, and a
+	// check whose owner cannot be reached goes straight to FailPolicy.
+	// Shorter loses less in a crash for more, smaller, transfers.
+	ReplicationInterval time.Duration
+	// HandoffTimeout bounds how long Leave waits for the new owners to take
+	// this node's keys (see handoff.go); 0 means 5 s. Past it the node says
+	// so in its log and a metric and leaves anyway.
+	HandoffTimeout time.Duration
 	// Registerer receives the node's metrics; nil registers nothing.
 	Registerer prometheus.Registerer
 	// Logger receives the node's logs; nil discards them.
@@ -97,17 +108,48 @@ type Config struct {
 	Now func() time.Time
 }
 
+// limiter is one algorithm's table: decisions, and the moving of its state.
+type limiter interface {
+	limit.Limiter
+	limit.StateMover
+}
+
 // view is a ring snapshot with this node's place in it.
 type view struct {
 	snap *ring.Snapshot
 	self int // index of this node in snap.Members(), -1 when absent
+	// backup is snap without this node: where each key this node owns is
+	// replicated. Nil when this node is alone or absent.
+	backup *ring.Snapshot
+
+	mu       sync.Mutex
+	withouts map[string]*ring.Snapshot // snap without a member, built on demand
+}
+
+// without returns the ring once member name is gone: where name's keys are
+// replicated. Nil when it cannot be built (name is not a member, or alone).
+func (v *view) without(name string) *ring.Snapshot {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if w, ok := v.withouts[name]; ok {
+		return w
+	}
+	w, err := v.snap.Without(name)
+	if err != nil {
+		w = nil
+	}
+	if v.withouts == nil {
+		v.withouts = make(map[string]*ring.Snapshot)
+	}
+	v.withouts[name] = w
+	return w
 }
 
 // Node is one shardlimiter node. Its methods are safe for concurrent use.
 type Node struct {
 	cfg      Config
 	log      *slog.Logger
-	limiters [5]limit.Limiter // by limit.Algorithm
+	limiters [5]limiter // by limit.Algorithm
 	view     atomic.Pointer[view]
 	// rebuildMu serializes rebuilds (the membership watcher and Leave), so
 	// that one which read leaving as false cannot store its ring after
@@ -118,6 +160,25 @@ type Node struct {
 	peers     peerSet
 	m         *metrics
 	keyBufs   sync.Pool // *keyBuf
+
+	ho          *handoff
+	jobsMu      sync.Mutex
+	jobs        []job         // transfers planned, not yet started; guarded by jobsMu
+	jobsKick    chan struct{} // cap 1: jobs has work
+	jobsWG      sync.WaitGroup
+	jobsRunning atomic.Int64
+	pushed      []chan struct{} // the pushes of the last rebuild; guarded by rebuildMu
+	// clustered: a ring with other members has been seen; guarded by rebuildMu.
+	clustered bool
+}
+
+// keysHeld returns how many keys this node's tables hold.
+func (n *Node) keysHeld() int {
+	total := 0
+	for _, l := range n.limiters {
+		total += l.Len()
+	}
+	return total
 }
 
 // New returns a node. It starts nothing.
@@ -143,12 +204,15 @@ func New(cfg Config) (*Node, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.HandoffTimeout <= 0 {
+		cfg.HandoffTimeout = 5 * time.Second
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	tc := table.Config{MaxKeys: cfg.MaxKeys}
-	n := &Node{cfg: cfg, log: cfg.Logger}
-	n.limiters = [5]limit.Limiter{
+	tc := table.Config{MaxKeys: cfg.MaxKeys, TrackChanges: cfg.ReplicationInterval > 0}
+	n := &Node{cfg: cfg, log: cfg.Logger, jobsKick: make(chan struct{}, 1)}
+	n.limiters = [5]limiter{
 		limit.TokenBucket:   bucket.NewTokenBucket(tc),
 		limit.LeakyBucket:   bucket.NewLeakyBucket(tc),
 		limit.FixedWindow:   window.NewFixed(tc),
@@ -156,9 +220,16 @@ func New(cfg Config) (*Node, error) {
 		limit.SlidingLog:    window.NewLog(tc),
 	}
 	n.keyBufs.New = func() any { return &keyBuf{b: make([]byte, 0, 64)} }
-	n.peers.cfg, n.peers.backoff = cfg.Peer, cfg.PeerBackoff
-	n.peers.now = func() int64 { return n.cfg.Now().UnixNano() }
+	n.peers.cfg, n.peers.backoff, n.peers.self = cfg.Peer, cfg.PeerBackoff, cfg.Name
+	// Suspensions measure real time: Config.Now is the clock of decisions,
+	// which tests may hold still.
+	n.peers.now = func() int64 { return time.Now().UnixNano() }
 	n.m = newMetrics(cfg.Registerer, n)
+	self, err := ring.New([]ring.Member{n.selfMember()}, 0, cfg.Ring)
+	if err != nil {
+		return nil, err
+	}
+	n.ho = newHandoff(self.Partitions())
 	if err := n.rebuild([]ring.Member{n.selfMember()}); err != nil {
 		return nil, err
 	}
@@ -189,6 +260,8 @@ func (n *Node) Run(ctx context.Context) error {
 		wg.Go(func() { n.watchMembership(ctx, g) })
 	}
 	wg.Go(func() { n.sweepLoop(ctx) })
+	wg.Go(func() { n.handoffLoop(ctx) })
+	wg.Go(func() { n.replicateLoop(ctx) })
 	var err error
 	select {
 	case <-ctx.Done():
@@ -234,13 +307,27 @@ func (n *Node) rebuild(members []ring.Member) error {
 	if err != nil {
 		return err
 	}
-	v := &view{snap: snap, self: -1}
-	for i, m := range snap.Members() {
-		if m.Name == n.cfg.Name {
-			v.self = i
+	v := &view{snap: snap, self: snap.IndexOf(n.cfg.Name)}
+	if v.self >= 0 && snap.Len() > 1 {
+		if v.backup, err = snap.Without(n.cfg.Name); err != nil {
+			return err
 		}
 	}
+	old := n.view.Load()
 	n.view.Store(v)
+	if old != nil {
+		from := old
+		if old.snap.Len() == 1 && v.backup != nil && !n.clustered && n.keysHeld() == 0 {
+			// A node that was alone and holds nothing is joining a cluster
+			// whose state is elsewhere: it takes its keys from the ring the
+			// others had before it came.
+			from = &view{snap: v.backup, self: -1}
+		}
+		n.pushed = n.planHandoff(from, v)
+	}
+	if snap.Len() > 1 {
+		n.clustered = true
+	}
 	n.peers.retain(snap.Members())
 	n.m.ringMembers.Set(float64(len(kept)))
 	n.m.ringRebuilds.Inc()
@@ -266,9 +353,12 @@ func (n *Node) sweepLoop(ctx context.Context) {
 	}
 }
 
-// Leave announces that this node is going and re-routes its keys to the
-// others. The node keeps answering (forwarding what it no longer owns)
-// until the caller stops its servers. Idempotent.
+// Leave hands this node's keys to their new owners and announces that it
+// is going. It returns once every new owner has taken its keys, or
+// HandoffTimeout has passed (then it logs so and counts it). The node keeps
+// answering (forwarding what it no longer holds) until the caller stops its
+// servers; Run must still be running for the handoff to proceed.
+// Idempotent.
 func (n *Node) Leave() error {
 	if n.leaving.Swap(true) {
 		return nil
@@ -277,9 +367,30 @@ func (n *Node) Leave() error {
 	if g == nil {
 		return nil
 	}
-	err := g.Leave(n.cfg.LeaveTimeout)
-	if rerr := n.rebuild(g.Members()); rerr != nil && err == nil {
-		err = rerr
+	// The ring without this node first: its partitions are marked moved and
+	// pushed at once, while gossip tells the others.
+	err := n.rebuild(g.Members())
+	n.rebuildMu.Lock()
+	pushed := n.pushed
+	n.rebuildMu.Unlock()
+	if lerr := g.Leave(n.cfg.LeaveTimeout); lerr != nil && err == nil {
+		err = lerr
+	}
+	start := time.Now()
+	deadline := time.NewTimer(n.cfg.HandoffTimeout)
+	defer deadline.Stop()
+	for i, ch := range pushed {
+		select {
+		case <-ch:
+		case <-deadline.C:
+			n.m.handoffIncomplete.Inc()
+			n.log.Warn("leave: handoff not acknowledged before the deadline; leaving anyway",
+				"pending", len(pushed)-i, "of", len(pushed), "timeout", n.cfg.HandoffTimeout)
+			return err
+		}
+	}
+	if len(pushed) > 0 {
+		n.log.Info("leave: keys handed off", "owners", len(pushed), "took", time.Since(start))
 	}
 	return err
 }

@@ -17,8 +17,9 @@ import (
 // first use and closed when their peer leaves the ring or changes address.
 type peerSet struct {
 	cfg     transport.PeerConfig
+	self    string        // this node's name, sent with state transfers
 	backoff time.Duration // first suspension after a failed forward
-	now     func() int64  // the node's clock, Unix ns
+	now     func() int64  // the suspensions' clock, Unix ns
 	mu      sync.Mutex
 	clients map[string]*peerClient // guarded by mu
 	closed  bool                   // guarded by mu
@@ -29,14 +30,21 @@ type peerClient struct {
 	addr string
 	c    *transport.PeerClient
 	down *suspension
+	// standin forwards checks this peer decides as the stand-in of an
+	// unreachable owner; st moves key states. Both are made on first use,
+	// under peerSet.mu.
+	standin *transport.PeerClient
+	st      *transport.StateClient
+	gone    bool // closed: make nothing more for it; guarded by peerSet.mu
 }
 
 // errSuspended answers forwards to a suspended peer.
 var errSuspended = fmt.Errorf("peer: owner suspended after a failed forward: %w", transport.ErrUnavailable)
 
 // forward sends checks to owner through its client, unless owner is
-// suspended after a recent failure.
-func (s *peerSet) forward(ctx context.Context, owner ring.Member, checks []limit.Check) ([]limit.Result, error) {
+// suspended after a recent failure. With standin, the receiver decides them
+// as the stand-in of their unreachable owner (transport.IsStandin).
+func (s *peerSet) forward(ctx context.Context, owner ring.Member, checks []limit.Check, standin bool) ([]limit.Result, error) {
 	pc, err := s.client(owner)
 	if err != nil {
 		return nil, err
@@ -44,7 +52,13 @@ func (s *peerSet) forward(ctx context.Context, owner ring.Member, checks []limit
 	if !pc.down.allow(s.now()) {
 		return nil, errSuspended
 	}
-	out, err := pc.c.Forward(ctx, checks)
+	c := pc.c
+	if standin {
+		if c, err = s.standinClient(pc); err != nil {
+			return nil, err
+		}
+	}
+	out, err := c.Forward(ctx, checks)
 	switch {
 	case err == nil:
 		pc.down.succeeded()
@@ -52,6 +66,51 @@ func (s *peerSet) forward(ctx context.Context, owner ring.Member, checks []limit
 		pc.down.failed(s.now()) // the time of the failure, not of the send
 	}
 	return out, err
+}
+
+// allowed reports whether m is not suspended.
+func (s *peerSet) allowed(m ring.Member) bool {
+	s.mu.Lock()
+	pc := s.clients[m.Name]
+	s.mu.Unlock()
+	return pc == nil || pc.addr != m.Addr || pc.down.allow(s.now())
+}
+
+func (s *peerSet) standinClient(pc *peerClient) (*transport.PeerClient, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed || pc.gone {
+		return nil, transport.ErrClosed
+	}
+	if pc.standin == nil {
+		cfg := s.cfg
+		cfg.Standin = true
+		c, err := transport.NewPeerClient(pc.addr, cfg)
+		if err != nil {
+			return nil, err
+		}
+		pc.standin = c
+	}
+	return pc.standin, nil
+}
+
+// state returns the state-transfer client of m.
+func (s *peerSet) state(m ring.Member) (*transport.StateClient, error) {
+	pc, err := s.client(m)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed || pc.gone {
+		return nil, transport.ErrClosed
+	}
+	if pc.st == nil {
+		if pc.st, err = transport.NewStateClient(pc.addr, s.self, s.cfg); err != nil {
+			return nil, err
+		}
+	}
+	return pc.st, nil
 }
 
 func (s *peerSet) client(m ring.Member) (*peerClient, error) {
@@ -98,7 +157,17 @@ func (s *peerSet) retain(members []ring.Member) {
 // closeLocked closes pc off the lock: Close waits for the client's RPCs in
 // flight, and nothing slow may run under s.mu.
 func (s *peerSet) closeLocked(pc *peerClient) {
-	s.closing.Go(func() { pc.c.Close() })
+	pc.gone = true
+	standin, st := pc.standin, pc.st
+	s.closing.Go(func() {
+		pc.c.Close()
+		if standin != nil {
+			standin.Close()
+		}
+		if st != nil {
+			st.Close()
+		}
+	})
 }
 
 // closeAll closes every client and waits until all are closed. Later

@@ -2,26 +2,44 @@ package peer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/shardlimiter/shardlimiter/limit"
 	"github.com/shardlimiter/shardlimiter/ring"
+	"github.com/shardlimiter/shardlimiter/transport"
 )
+
+// maxRedirects bounds how often one check follows a "not owner" answer to
+// the node it names before the fail policy decides it: rings that disagree
+// converge within a gossip round, so two hops suffice.
+const maxRedirects = 2
+
+// handoffWait bounds how long a check waits for the state of an incoming
+// partition before it is decided from what this node holds.
+const handoffWait = 2 * time.Second
+
+// errNotOwner answers a forwarded check for a key this node does not decide.
+var errNotOwner = errors.New("not the owner of this key")
 
 // Check answers a client batch: results[i] answers checks[i]. Items owned
 // here are decided at once; the others are forwarded to their owners, one
 // RPC per owner, all owners in parallel. Every item is answered: a decision,
-// a fail-policy decision when its owner cannot be reached, or an item error.
+// a stand-in or fail-policy decision when its owner cannot be reached, or
+// an item error.
 func (n *Node) Check(ctx context.Context, checks []limit.Check) ([]limit.Result, error) {
-	now := n.cfg.Now().UnixNano()
 	res := make([]limit.Result, len(checks))
-	v := n.view.Load()
-	members := v.snap.Members()
 	kb := n.keyBufs.Get().(*keyBuf)
 	defer n.keyBufs.Put(kb)
 
+	n.lockDeciding(ctx, checks)
+	now := n.cfg.Now().UnixNano()
+	v := n.view.Load()
+	marked := n.ho.busy()
 	var remote [][]int // by owner index: the items to forward there
+	var moved []routed // items of partitions moved elsewhere
 	for i := range checks {
 		c := &checks[i]
 		if err := c.Validate(); err != nil {
@@ -29,52 +47,225 @@ func (n *Node) Check(ctx context.Context, checks []limit.Check) ([]limit.Result,
 			continue
 		}
 		o := v.snap.OwnerIndex(c.Key)
+		if marked {
+			if self, to := n.markedRoute(v, c.Key); self {
+				res[i] = n.decide(kb, c, now)
+				continue
+			} else if to.Name != "" {
+				moved = append(moved, routed{to, i})
+				continue
+			}
+		}
 		if o == v.self {
 			res[i] = n.decide(kb, c, now)
 			continue
 		}
 		if remote == nil {
-			remote = make([][]int, len(members))
+			remote = make([][]int, v.snap.Len())
 		}
 		remote[o] = append(remote[o], i)
 	}
-	if remote == nil {
-		return res, nil
-	}
-	var wg sync.WaitGroup
-	last := -1
+	n.ho.deciding.RUnlock()
+
+	groups := make([]group, 0, len(remote)+len(moved))
 	for o, items := range remote {
-		if len(items) == 0 {
-			continue
+		if len(items) > 0 {
+			groups = append(groups, group{to: v.snap.Member(o), items: items})
 		}
-		if prev := last; prev >= 0 {
-			wg.Go(func() { n.forward(ctx, members[prev], checks, remote[prev], res, now) })
-		}
-		last = o
 	}
-	// The last group is forwarded on this goroutine: a batch with one
-	// remote owner, the common case, starts no goroutine.
-	n.forward(ctx, members[last], checks, remote[last], res, now)
-	wg.Wait()
+	groups = appendRouted(groups, moved)
+	n.forwardAll(ctx, groups, checks, res, false, 0)
 	return res, nil
 }
 
-// CheckLocal answers a batch forwarded by a peer: every valid item is
-// decided here, whoever the ring says owns it, so a check crosses at most
-// one hop even while two nodes' rings disagree.
+// routed is one item bound for a member outside the ring's routing.
+type routed struct {
+	to ring.Member
+	i  int
+}
+
+// group is the items bound for one member.
+type group struct {
+	to    ring.Member
+	items []int
+}
+
+func appendRouted(groups []group, items []routed) []group {
+	for _, r := range items {
+		k := -1
+		for j := range groups {
+			if groups[j].to.Name == r.to.Name {
+				k = j
+				break
+			}
+		}
+		if k < 0 {
+			groups = append(groups, group{to: r.to})
+			k = len(groups) - 1
+		}
+		groups[k].items = append(groups[k].items, r.i)
+	}
+	return groups
+}
+
+// forwardAll forwards each group, all in parallel; the last one on this
+// goroutine, so that a batch with one remote owner, the common case, starts
+// no goroutine.
+func (n *Node) forwardAll(ctx context.Context, groups []group, checks []limit.Check, res []limit.Result, standin bool, hops int) {
+	if len(groups) == 0 {
+		return
+	}
+	var wg sync.WaitGroup
+	for _, g := range groups[:len(groups)-1] {
+		wg.Go(func() { n.forward(ctx, g.to, checks, g.items, res, standin, hops) })
+	}
+	last := groups[len(groups)-1]
+	n.forward(ctx, last.to, checks, last.items, res, standin, hops)
+	wg.Wait()
+}
+
+// markedRoute routes a key while partitions are marked (see handoff.go):
+// self when this node decides it (received, or incoming), to when it has
+// been moved there, neither when the ring decides.
+func (n *Node) markedRoute(v *view, key string) (self bool, to ring.Member) {
+	p := v.snap.PartitionOf(key)
+	switch n.ho.kind(p) {
+	case partReceived:
+		return true, ring.Member{}
+	case partIncoming: // the caller gave up waiting (ctx), or it is not ours any more
+		return v.snap.PartitionOwner(p) == v.self, ring.Member{}
+	case partMoved:
+		if m, _, ok := n.ho.target(p); ok {
+			if m.Addr == "" {
+				m = n.member(m.Name)
+			}
+			if m.Addr != "" {
+				return false, m
+			}
+		}
+	}
+	return false, ring.Member{}
+}
+
+// lockDeciding takes deciding for reading, first waiting for the state of
+// the incoming partitions that checks touch. A partition that became
+// incoming meanwhile (a rebuild in between) is waited for too, so that no
+// key is decided while its state is on its way.
+func (n *Node) lockDeciding(ctx context.Context, checks []limit.Check) {
+	for {
+		if n.ho.busy() {
+			n.awaitIncoming(ctx, checks)
+		}
+		n.ho.deciding.RLock()
+		if !n.ho.busy() || ctx.Err() != nil || !n.touchesIncoming(checks) {
+			return
+		}
+		n.ho.deciding.RUnlock()
+	}
+}
+
+func (n *Node) touchesIncoming(checks []limit.Check) bool {
+	v := n.view.Load()
+	for i := range checks {
+		if n.ho.kind(v.snap.PartitionOf(checks[i].Key)) == partIncoming {
+			return true
+		}
+	}
+	return false
+}
+
+// awaitIncoming waits, up to handoffWait, until the incoming partitions
+// that checks touch have their state here (see handoff.go).
+func (n *Node) awaitIncoming(ctx context.Context, checks []limit.Check) {
+	v := n.view.Load()
+	var parts []int
+	for i := range checks {
+		p := v.snap.PartitionOf(checks[i].Key)
+		if n.ho.kind(p) == partIncoming {
+			parts = append(parts, p)
+		}
+	}
+	if len(parts) == 0 {
+		return
+	}
+	chans := n.ho.waitFor(parts)
+	if len(chans) == 0 {
+		return
+	}
+	start := time.Now()
+	t := time.NewTimer(handoffWait)
+	defer t.Stop()
+	for _, ch := range chans {
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			n.m.handoffIncomplete.Inc()
+			n.log.Warn("handoff: state did not arrive in time; deciding from the state held here", "partitions", len(parts))
+			n.ho.settle(parts)
+			return
+		}
+	}
+	n.m.handoffWait.Observe(time.Since(start).Seconds())
+}
+
+// CheckLocal answers a batch forwarded by a peer. A node decides only the
+// keys it owns (by its ring and its handoff marks); the others are answered
+// limit.NotOwner with the node it takes for their owner in Result.Owner, so
+// the sender routes them again: a peer cannot make a node count a key that
+// is counted elsewhere. A stand-in batch (transport.IsStandin: the owner
+// could not be reached, and this node holds the keys' replicas) is decided
+// here whoever owns the keys. Nothing is ever forwarded again from here.
 func (n *Node) CheckLocal(ctx context.Context, checks []limit.Check) ([]limit.Result, error) {
-	now := n.cfg.Now().UnixNano()
 	res := make([]limit.Result, len(checks))
+	standin := transport.IsStandin(ctx)
 	kb := n.keyBufs.Get().(*keyBuf)
 	defer n.keyBufs.Put(kb)
+	if standin {
+		n.ho.deciding.RLock()
+	} else {
+		n.lockDeciding(ctx, checks)
+	}
+	defer n.ho.deciding.RUnlock()
+	now := n.cfg.Now().UnixNano()
+	v := n.view.Load()
+	marked := n.ho.busy()
 	for i := range checks {
-		if err := checks[i].Validate(); err != nil {
+		c := &checks[i]
+		if err := c.Validate(); err != nil {
 			res[i] = limit.Failed(limit.Invalid, err)
 			continue
 		}
-		res[i] = n.decide(kb, &checks[i], now)
+		if standin {
+			res[i] = n.decide(kb, c, now)
+			n.m.standin.Inc()
+			continue
+		}
+		o := v.snap.OwnerIndex(c.Key)
+		if marked {
+			if self, to := n.markedRoute(v, c.Key); self {
+				res[i] = n.decide(kb, c, now)
+				continue
+			} else if to.Name != "" {
+				res[i] = notOwner(to.Name)
+				continue
+			}
+		}
+		if o == v.self {
+			res[i] = n.decide(kb, c, now)
+			continue
+		}
+		res[i] = notOwner(v.snap.Member(o).Name)
+		n.m.notOwner.Inc()
 	}
 	return res, nil
+}
+
+func notOwner(owner string) limit.Result {
+	r := limit.Failed(limit.NotOwner, errNotOwner)
+	r.Owner = owner
+	return r
 }
 
 // decide applies a valid check to this node's table.
@@ -83,44 +274,162 @@ func (n *Node) decide(kb *keyBuf, c *limit.Check, now int64) limit.Result {
 	return limit.Result{Decision: d, Owner: n.cfg.Name}
 }
 
+// decideHere decides the items idx on this node's tables, at the time of
+// deciding (never a time read before a forward that then waited).
+func (n *Node) decideHere(ctx context.Context, checks []limit.Check, idx []int, res []limit.Result) {
+	kb := n.keyBufs.Get().(*keyBuf)
+	if n.ho.busy() {
+		// A partition may have become incoming since the batch was routed:
+		// wait for its state as a batch entering now would.
+		sub := make([]limit.Check, len(idx))
+		for j, i := range idx {
+			sub[j] = checks[i]
+		}
+		n.lockDeciding(ctx, sub)
+	} else {
+		n.ho.deciding.RLock()
+	}
+	now := n.cfg.Now().UnixNano()
+	for _, i := range idx {
+		res[i] = n.decide(kb, &checks[i], now)
+	}
+	n.ho.deciding.RUnlock()
+	n.keyBufs.Put(kb)
+}
+
 // forward sends the items idx of checks to owner and writes their answers
-// into res; when the owner cannot be reached the fail policy answers them.
-func (n *Node) forward(ctx context.Context, owner ring.Member, checks []limit.Check, idx []int, res []limit.Result, now int64) {
+// into res. Items the receiver does not own are sent on to the node it
+// names (up to maxRedirects hops). Items that could not be delivered go to
+// the owner's stand-in (the holder of their replicas, when replication is
+// on), and failing that to the fail policy.
+func (n *Node) forward(ctx context.Context, owner ring.Member, checks []limit.Check, idx []int, res []limit.Result, standin bool, hops int) {
 	sub := make([]limit.Check, len(idx))
 	for j, i := range idx {
 		sub[j] = checks[i]
 	}
-	out, err := n.peers.forward(ctx, owner, sub)
+	out, err := n.peers.forward(ctx, owner, sub, standin)
 	if err == nil && len(out) != len(sub) {
 		err = fmt.Errorf("peer: %s answered %d of %d checks", owner.Name, len(out), len(sub))
 	}
 	// On a failed forward the client still returns what the owner answered
 	// (items it decided) next to the items that never got there (marked
 	// Unavailable): keep the former, so no hit is counted on two nodes.
-	failed := idx[:0:0]
+	var failed []int
+	var redirect []routed
 	for j, i := range idx {
-		if err == nil || len(out) == len(sub) && out[j].Reason != limit.Unavailable {
-			res[i] = out[j]
-		} else {
+		switch {
+		case err != nil && (len(out) != len(sub) || out[j].Reason == limit.Unavailable):
 			failed = append(failed, i)
+		case out[j].Reason == limit.NotOwner:
+			redirect = append(redirect, routed{ring.Member{Name: out[j].Owner}, i})
+		default:
+			res[i] = out[j]
 		}
+	}
+	if len(redirect) > 0 {
+		n.redirect(ctx, owner, redirect, checks, res, hops+1)
 	}
 	if len(failed) == 0 {
 		return
 	}
-	idx = failed
 	if cerr := ctx.Err(); cerr != nil {
 		// The caller is gone: nobody reads these answers, and deciding them
-		// here could count hits the owner already counted.
-		for _, i := range idx {
+		// elsewhere could count hits the owner already counted.
+		for _, i := range failed {
 			res[i] = limit.Failed(limit.Internal, cerr)
 		}
 		return
 	}
-	n.log.Debug("forward failed", "owner", owner.Name, "checks", len(idx), "err", err)
+	n.log.Debug("forward failed", "owner", owner.Name, "checks", len(failed), "standin", standin, "err", err)
+	if !standin && n.cfg.ReplicationInterval > 0 {
+		n.standIn(ctx, owner, checks, failed, res, hops)
+		return
+	}
+	n.fallback(ctx, owner, checks, failed, res, err)
+}
+
+// redirect follows "not owner" answers from prev: each item goes to the
+// node the answer named. When that is this node, a partition it moved is
+// followed to where it went (once the move has landed there), and any other
+// key is decided here: the two rings disagree, and the other one says it is
+// ours; its state is taken from prev first (takeOver).
+func (n *Node) redirect(ctx context.Context, prev ring.Member, items []routed, checks []limit.Check, res []limit.Result, hops int) {
+	var here []int
+	var groups []group
+	v := n.view.Load()
+	for _, r := range items {
+		to := r.to
+		if to.Name == n.cfg.Name {
+			p := v.snap.PartitionOf(checks[r.i].Key)
+			m, pushed, ok := n.ho.target(p)
+			if !ok || m.Name == prev.Name {
+				// Not moved, or moved to prev, which hands it back: both
+				// rings say the other; take the state from prev and decide.
+				here = append(here, r.i)
+				continue
+			}
+			select { // our push of it must have landed before it is decided there
+			case <-pushed:
+			case <-ctx.Done():
+			case <-time.After(handoffWait):
+			}
+			to = m
+		}
+		if hops > maxRedirects || to.Name == prev.Name {
+			n.fallback(ctx, prev, checks, []int{r.i}, res, fmt.Errorf("peer: %s and %s each name the other as owner", prev.Name, to.Name))
+			continue
+		}
+		if to.Addr == "" {
+			to = n.member(to.Name)
+		}
+		if to.Addr == "" {
+			n.fallback(ctx, prev, checks, []int{r.i}, res, fmt.Errorf("peer: %s names unknown owner %q", prev.Name, to.Name))
+			continue
+		}
+		groups = appendRouted(groups, []routed{{to, r.i}})
+	}
+	n.m.redirects.Add(float64(len(items)))
+	if len(here) > 0 {
+		n.takeOver(ctx, prev, checks, here)
+		n.decideHere(ctx, checks, here, res)
+	}
+	n.forwardAll(ctx, groups, checks, res, false, hops)
+}
+
+// standIn sends items whose owner could not be reached to the node that
+// holds their replicas: the owner of each key in the ring without the owner.
+// When that is this node, it decides them from its own table.
+func (n *Node) standIn(ctx context.Context, owner ring.Member, checks []limit.Check, idx []int, res []limit.Result, hops int) {
+	v := n.view.Load()
+	w := v.without(owner.Name)
+	if w == nil {
+		n.fallback(ctx, owner, checks, idx, res, fmt.Errorf("peer: owner %s unreachable and no stand-in", owner.Name))
+		return
+	}
+	var here []int
+	var groups []group
+	for _, i := range idx {
+		m := w.Owner(checks[i].Key)
+		if m.Name == n.cfg.Name {
+			here = append(here, i)
+			continue
+		}
+		groups = appendRouted(groups, []routed{{m, i}})
+	}
+	if len(here) > 0 {
+		n.decideHere(ctx, checks, here, res)
+		n.m.standin.Add(float64(len(here)))
+	}
+	n.forwardAll(ctx, groups, checks, res, true, hops)
+}
+
+// fallback answers items whose owner (and stand-in) could not be reached,
+// by the fail policy, at the time of deciding.
+func (n *Node) fallback(ctx context.Context, owner ring.Member, checks []limit.Check, idx []int, res []limit.Result, err error) {
 	n.m.fallback[n.cfg.FailPolicy].Add(float64(len(idx)))
 	switch n.cfg.FailPolicy {
 	case FailOpen:
+		now := n.cfg.Now().UnixNano()
 		for _, i := range idx {
 			res[i] = limit.Result{Decision: openDecision(now), Owner: n.cfg.Name}
 		}
@@ -129,10 +438,6 @@ func (n *Node) forward(ctx context.Context, owner ring.Member, checks []limit.Ch
 			res[i] = limit.Failed(limit.Unavailable, fmt.Errorf("owner %s unreachable: %w", owner.Name, err))
 		}
 	default:
-		kb := n.keyBufs.Get().(*keyBuf)
-		for _, i := range idx {
-			res[i] = n.decide(kb, &checks[i], now)
-		}
-		n.keyBufs.Put(kb)
+		n.decideHere(ctx, checks, idx, res)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
 
 	"github.com/shardlimiter/shardlimiter/limit"
 	"github.com/shardlimiter/shardlimiter/transport/pb"
@@ -215,6 +216,9 @@ func (c *PeerClient) send(parent context.Context, b *batch) {
 	}
 	b.reply.forward, b.reply.max = true, b.n
 	ctx, cancel := context.WithTimeout(parent, c.timeout)
+	if c.standin {
+		ctx = metadata.AppendToOutgoingContext(ctx, standinHeader, "1")
+	}
 	stop := func() bool { return false }
 	if parent != c.closing {
 		stop = context.AfterFunc(c.closing, cancel)

@@ -8,6 +8,8 @@ import (
 	"google.golang.org/grpc/health"
 	healthgrpc "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
+
+	"github.com/shardlimiter/shardlimiter/transport/pb"
 )
 
 // GRPCConfig configures a GRPCServer.
@@ -19,6 +21,9 @@ type GRPCConfig struct {
 	// locally and never forward again, so that a check takes one hop at
 	// most. Nil: Peers answers Unimplemented.
 	Local Checker
+	// State answers shardlimiter.v1.State (other nodes moving key states
+	// here). Nil: State answers Unimplemented.
+	State StateService
 	// MaxBatch bounds the items of one call; a larger batch fails the whole
 	// call with InvalidArgument. Zero means DefaultMaxBatch (1000). Larger
 	// batches amortize more per-call cost but hold more memory per call.
@@ -47,6 +52,7 @@ type GRPCServer struct {
 const (
 	RateLimiterService = "shardlimiter.v1.RateLimiter"
 	PeersService       = "shardlimiter.v1.Peers"
+	StateServiceName   = "shardlimiter.v1.State"
 )
 
 // NewGRPCServer builds the server; it starts nothing until Serve.
@@ -63,6 +69,7 @@ func NewGRPCServer(cfg GRPCConfig) *GRPCServer {
 		peers.h = newBatchHandler(cfg.Local, cfg)
 	}
 	s.srv.RegisterService(peersDesc, peers)
+	pb.RegisterStateServer(s.srv, &stateServer{s: cfg.State})
 	healthgrpc.RegisterHealthServer(s.srv, &healthServer{Server: s.health, stop: watching})
 	reflection.Register(s.srv)
 	s.SetServing(false)
@@ -93,7 +100,7 @@ func (s *GRPCServer) SetServing(serving bool) {
 	if serving {
 		st = healthgrpc.HealthCheckResponse_SERVING
 	}
-	for _, name := range []string{"", RateLimiterService, PeersService} {
+	for _, name := range []string{"", RateLimiterService, PeersService, StateServiceName} {
 		s.health.SetServingStatus(name, st)
 	}
 }

@@ -64,7 +64,7 @@ const (
 	// for items whose algorithm did not convert.
 	numAlgorithmLabels = int(limit.SlidingLog) + 2
 	algorithmUnknown   = numAlgorithmLabels - 1
-	numReasonLabels    = int(limit.Internal) + 1
+	numReasonLabels    = int(limit.NotOwner) + 1
 )
 
 var (

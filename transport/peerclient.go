@@ -36,6 +36,9 @@ type PeerConfig struct {
 	// DialOptions follow the defaults (plaintext credentials, reconnect
 	// backoff from 100ms up to 2s), so they can override them.
 	DialOptions []grpc.DialOption
+	// Standin marks every forward of the client as one the owner's
+	// stand-in decides (see IsStandin): the owner could not be reached.
+	Standin bool
 }
 
 // Defaults of PeerConfig.
@@ -58,6 +61,7 @@ type PeerClient struct {
 	maxInFlight int
 	timeout     time.Duration
 	metrics     *Metrics
+	standin     bool // see PeerConfig.Standin
 
 	closing   context.Context // canceled by Close: ends the RPCs in flight
 	cancel    context.CancelFunc
@@ -93,20 +97,30 @@ func NewPeerClient(addr string, cfg PeerConfig) (*PeerClient, error) {
 	if c.timeout <= 0 {
 		c.timeout = DefaultPeerTimeout
 	}
-	opts := append([]grpc.DialOption{
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithConnectParams(grpc.ConnectParams{
-			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second},
-			MinConnectTimeout: c.timeout,
-		}),
-	}, cfg.DialOptions...)
-	conn, err := grpc.NewClient(addr, opts...)
+	c.standin = cfg.Standin
+	conn, err := dialPeer(addr, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("transport: peer client for %s: %w", addr, err)
 	}
 	c.conn = conn
 	c.closing, c.cancel = context.WithCancel(context.Background())
 	return c, nil
+}
+
+// dialPeer connects lazily to a peer with cfg's options after the defaults.
+func dialPeer(addr string, cfg PeerConfig) (*grpc.ClientConn, error) {
+	timeout := cfg.Timeout
+	if timeout <= 0 {
+		timeout = DefaultPeerTimeout
+	}
+	opts := append([]grpc.DialOption{
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second},
+			MinConnectTimeout: timeout,
+		}),
+	}, cfg.DialOptions...)
+	return grpc.NewClient(addr, opts...)
 }
 
 // Addr returns the address the client was created for.

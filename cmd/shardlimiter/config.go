@@ -34,6 +34,8 @@ type config struct {
 	failPolicy    peer.FailPolicy
 	shutdownGrace time.Duration
 	peerTimeout   time.Duration
+	replication   time.Duration
+	handoff       time.Duration
 	pprof         bool
 }
 
@@ -64,6 +66,8 @@ func newFlagSet(name string, out io.Writer) (*flag.FlagSet, map[string]*string) 
 	def("fail-policy", "local", "when a key's owner is unreachable: local (decide here), open (admit) or closed (item error)")
 	def("shutdown-grace", "5s", "on SIGTERM: how long to keep answering after leaving the cluster, while peers re-route")
 	def("peer-timeout", "1s", "deadline of one forwarding RPC to a peer")
+	def("replication-interval", "100ms", "how often changed keys are sent to the node that would own them next, so a crash loses at most this much of each key's hits; 0 turns replication off")
+	def("handoff-timeout", "5s", "on SIGTERM: how long to wait for the new owners to take this node's keys before exiting anyway")
 	pprof := boolString("false")
 	raw["pprof"] = (*string)(&pprof)
 	fs.Var(&pprof, "pprof", "serve Go profiles at /debug/pprof/ on the HTTP address, for operators profiling a node (env "+envName("pprof")+")")
@@ -143,6 +147,12 @@ func validate(raw map[string]*string) (config, error) {
 	}
 	if c.peerTimeout, err = time.ParseDuration(*raw["peer-timeout"]); err != nil || c.peerTimeout <= 0 {
 		bad("peer-timeout", "want a positive duration like 1s, got %q", *raw["peer-timeout"])
+	}
+	if c.replication, err = time.ParseDuration(*raw["replication-interval"]); err != nil || c.replication < 0 {
+		bad("replication-interval", "want a duration like 100ms, or 0 for off, got %q", *raw["replication-interval"])
+	}
+	if c.handoff, err = time.ParseDuration(*raw["handoff-timeout"]); err != nil || c.handoff <= 0 {
+		bad("handoff-timeout", "want a positive duration like 5s, got %q", *raw["handoff-timeout"])
 	}
 	if c.pprof, err = strconv.ParseBool(*raw["pprof"]); err != nil {
 		bad("pprof", "want true or false, got %q", *raw["pprof"])

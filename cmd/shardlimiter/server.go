@@ -17,9 +17,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/shardlimiter/shardlimiter/gossip"
 	"github.com/shardlimiter/shardlimiter/peer"
 	"github.com/shardlimiter/shardlimiter/transport"
 )
+
+// The node sees membership through peer.Gossip, which gossip provides.
+var _ peer.Gossip = (*gossip.Membership)(nil)
 
 // server is one running node: its listeners, gossip, node and API servers.
 type server struct {
@@ -27,7 +31,7 @@ type server struct {
 	log      *slog.Logger
 	httpLis  net.Listener
 	grpcLis  net.Listener
-	gossip   *peer.Membership
+	gossip   *gossip.Membership
 	node     *peer.Node
 	grpc     *transport.GRPCServer
 	http     *http.Server
@@ -72,7 +76,7 @@ func newServer(cfg config, log *slog.Logger) (s *server, err error) {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	tm := transport.NewMetrics(reg)
 
-	s.gossip, err = peer.NewMembership(peer.MembershipConfig{
+	s.gossip, err = gossip.New(gossip.Config{
 		NodeName:      name,
 		BindAddr:      cfg.gossipAddr,
 		AdvertiseAddr: cfg.advertiseAddr,
@@ -84,14 +88,16 @@ func newServer(cfg config, log *slog.Logger) (s *server, err error) {
 		return nil, err
 	}
 	s.node, err = peer.New(peer.Config{
-		Name:       name,
-		GRPCAddr:   s.grpcAddr,
-		Gossip:     s.gossip,
-		MaxKeys:    cfg.maxKeys,
-		FailPolicy: cfg.failPolicy,
-		Peer:       transport.PeerConfig{Timeout: cfg.peerTimeout, Metrics: tm},
-		Registerer: reg,
-		Logger:     log,
+		Name:                name,
+		GRPCAddr:            s.grpcAddr,
+		Gossip:              s.gossip,
+		MaxKeys:             cfg.maxKeys,
+		FailPolicy:          cfg.failPolicy,
+		Peer:                transport.PeerConfig{Timeout: cfg.peerTimeout, Metrics: tm},
+		ReplicationInterval: cfg.replication,
+		HandoffTimeout:      cfg.handoff,
+		Registerer:          reg,
+		Logger:              log,
 	})
 	if err != nil {
 		return nil, err
@@ -99,6 +105,7 @@ func newServer(cfg config, log *slog.Logger) (s *server, err error) {
 	s.grpc = transport.NewGRPCServer(transport.GRPCConfig{
 		Checker:  s.node,
 		Local:    transport.CheckerFunc(s.node.CheckLocal),
+		State:    s.node,
 		MaxBatch: cfg.maxBatch,
 		Metrics:  tm,
 	})
@@ -123,7 +130,9 @@ func newServer(cfg config, log *slog.Logger) (s *server, err error) {
 
 // serve runs until ctx is done, then shuts down gracefully:
 //
-//  1. leave the gossip group and re-route this node's keys (readyz → 503);
+//  1. hand this node's keys to their new owners and leave the gossip group
+//     (readyz → 503), waiting up to --handoff-timeout for the new owners
+//     to acknowledge;
 //  2. keep answering for --shutdown-grace while peers and load balancers
 //     stop sending here (skipped when there is nobody to re-route to);
 //  3. stop the listeners, answering every request already accepted;

@@ -25,6 +25,7 @@ var allowed = map[string][]string{
 	"bucket":            {"limit", "table", "internal/wide"},
 	"window":            {"limit", "table", "internal/wide"},
 	"ring":              {},
+	"gossip":            {"ring"},
 	"transport":         {"limit", "transport/pb"},
 	"transport/pb":      {},
 	"peer":              {"limit", "table", "bucket", "window", "ring", "transport"},

@@ -1,4 +1,4 @@
-package peer
+package gossip
 
 import (
 	"context"
@@ -19,9 +19,9 @@ import (
 	"github.com/shardlimiter/shardlimiter/ring"
 )
 
-// MembershipConfig configures gossip membership. Optional fields state what
+// Config configures gossip membership. Optional fields state what
 // their zero value means.
-type MembershipConfig struct {
+type Config struct {
 	// NodeName identifies this node in gossip and on the ring. It must be
 	// unique in the cluster; several nodes may share an IP. Required, at
 	// most 256 bytes.
@@ -42,7 +42,7 @@ type MembershipConfig struct {
 	// read by peers as this node's gossip IP. Required; port 1-65535.
 	GRPCAddr string
 	// Seeds are the nodes to join: "host:port", "host" (port
-	// DefaultGossipPort), "[v6]:port" or "[v6]"; host is an IP or a DNS
+	// DefaultPort), "[v6]:port" or "[v6]"; host is an IP or a DNS
 	// name. Names are resolved at every attempt (DNS may lag behind pod
 	// start) and a name joins every address it resolves to. This node's own
 	// address is skipped. Empty: a cluster of one, joined at once.
@@ -74,7 +74,7 @@ type MembershipConfig struct {
 // goroutines while they update them, a data race once the caller reads them
 // outside memberlist's lock.
 type Membership struct {
-	cfg      MembershipConfig // defaults filled in
+	cfg      Config // defaults filled in
 	log      *slog.Logger
 	seeds    []seed
 	meta     []byte // encoded Meta; never modified
@@ -107,18 +107,18 @@ type member struct {
 	logged bool   // err has been logged
 }
 
-// NewMembership checks cfg and fills in defaults. It starts nothing and
+// New checks cfg and fills in defaults. It starts nothing and
 // binds no socket; Run does.
-func NewMembership(cfg MembershipConfig) (*Membership, error) {
+func New(cfg Config) (*Membership, error) {
 	if cfg.NodeName == "" || len(cfg.NodeName) > 256 {
-		return nil, errors.New("peer: node name must be 1-256 bytes")
+		return nil, errors.New("gossip: node name must be 1-256 bytes")
 	}
 	meta, err := Meta{GRPCAddr: cfg.GRPCAddr}.MarshalBinary()
 	if err != nil {
 		return nil, err
 	}
 	if cfg.BindAddr == "" {
-		cfg.BindAddr = ":" + strconv.Itoa(DefaultGossipPort)
+		cfg.BindAddr = ":" + strconv.Itoa(DefaultPort)
 	}
 	host, port, err := splitBind(cfg.BindAddr)
 	if err != nil {
@@ -133,7 +133,7 @@ func NewMembership(cfg MembershipConfig) (*Membership, error) {
 	for i, s := range cfg.Seeds {
 		sd, err := parseSeed(s)
 		if err != nil {
-			return nil, fmt.Errorf("peer: seed %d of %d: %w", i+1, len(cfg.Seeds), err)
+			return nil, fmt.Errorf("gossip: seed %d of %d: %w", i+1, len(cfg.Seeds), err)
 		}
 		m.seeds = append(m.seeds, sd)
 	}
@@ -158,7 +158,7 @@ func NewMembership(cfg MembershipConfig) (*Membership, error) {
 }
 
 // Run starts memberlist (binding its sockets), joins the seeds in the
-// background (see MembershipConfig.Seeds, JoinRetry) and serves gossip until
+// background (see Config.Seeds, JoinRetry) and serves gossip until
 // ctx is done. Then it shuts memberlist down without leaving (call Leave
 // first for a graceful exit) and returns nil once its join goroutine has
 // exited and memberlist's sockets are closed. memberlist.Shutdown does not
@@ -170,7 +170,7 @@ func NewMembership(cfg MembershipConfig) (*Membership, error) {
 // cannot start. Run may be called once.
 func (m *Membership) Run(ctx context.Context) error {
 	if !m.ran.CompareAndSwap(false, true) {
-		return errors.New("peer: membership Run called twice")
+		return errors.New("gossip: membership Run called twice")
 	}
 	if ctx.Err() != nil {
 		return nil
@@ -181,7 +181,7 @@ func (m *Membership) Run(ctx context.Context) error {
 	}
 	ml, err := memberlist.Create(conf) // binds, then calls NotifyJoin for us
 	if err != nil {
-		return fmt.Errorf("peer: start gossip on %s: %w", m.cfg.BindAddr, err)
+		return fmt.Errorf("gossip: start gossip on %s: %w", m.cfg.BindAddr, err)
 	}
 	local := net.JoinHostPort(m.bindHost, strconv.Itoa(conf.BindPort))
 	m.localAddr.Store(&local)
@@ -204,7 +204,7 @@ func (m *Membership) Run(ctx context.Context) error {
 	defer m.lifeMu.Unlock()
 	m.down = true
 	if err := ml.Shutdown(); err != nil { // idempotent; never leaves
-		return fmt.Errorf("peer: stop gossip: %w", err)
+		return fmt.Errorf("gossip: stop gossip: %w", err)
 	}
 	return nil
 }
@@ -281,7 +281,7 @@ func (m *Membership) Leave(timeout time.Duration) error {
 	}
 	m.left = true
 	if err := ml.Leave(timeout); err != nil {
-		return fmt.Errorf("peer: leave gossip: %w", err)
+		return fmt.Errorf("gossip: leave gossip: %w", err)
 	}
 	return nil
 }
@@ -381,7 +381,7 @@ func (m *Membership) gossipConfig(ctx context.Context) (*memberlist.Config, erro
 				err = errors.New("no addresses")
 			}
 			if err != nil {
-				return nil, fmt.Errorf("peer: resolve advertise address %s: %w", host, err)
+				return nil, fmt.Errorf("gossip: resolve advertise address %s: %w", host, err)
 			}
 			host = ips[0]
 		}
@@ -404,11 +404,11 @@ func (m *Membership) gossipConfig(ctx context.Context) (*memberlist.Config, erro
 func splitBind(addr string) (host string, port int, err error) {
 	host, p, err := net.SplitHostPort(addr)
 	if err != nil {
-		return "", 0, fmt.Errorf("peer: gossip bind address %q: %w", addr, err)
+		return "", 0, fmt.Errorf("gossip: gossip bind address %q: %w", addr, err)
 	}
 	n, err := strconv.ParseUint(p, 10, 16)
 	if err != nil {
-		return "", 0, fmt.Errorf("peer: gossip bind address %q: port must be 0-65535", addr)
+		return "", 0, fmt.Errorf("gossip: gossip bind address %q: port must be 0-65535", addr)
 	}
 	switch {
 	case host == "":
@@ -416,7 +416,7 @@ func splitBind(addr string) (host string, port int, err error) {
 	case host == "localhost":
 		host = "127.0.0.1"
 	case net.ParseIP(host) == nil:
-		return "", 0, fmt.Errorf("peer: gossip bind address %q: host must be an IP address", addr)
+		return "", 0, fmt.Errorf("gossip: gossip bind address %q: host must be an IP address", addr)
 	}
 	return host, int(n), nil
 }
@@ -427,17 +427,17 @@ func splitAdvertise(addr string, def int) (host string, port int, err error) {
 	if net.ParseIP(strings.Trim(addr, "[]")) != nil || !strings.Contains(addr, ":") {
 		host = strings.Trim(addr, "[]")
 		if net.ParseIP(host) == nil && !isDNSName(host) {
-			return "", 0, fmt.Errorf("peer: advertise address %q is not an IP address or a DNS name", addr)
+			return "", 0, fmt.Errorf("gossip: advertise address %q is not an IP address or a DNS name", addr)
 		}
 		return host, def, nil
 	}
 	host, p, err := net.SplitHostPort(addr)
 	if err != nil {
-		return "", 0, fmt.Errorf("peer: advertise address %q: %w", addr, err)
+		return "", 0, fmt.Errorf("gossip: advertise address %q: %w", addr, err)
 	}
 	n, err := strconv.ParseUint(p, 10, 16)
 	if err != nil || n == 0 || (net.ParseIP(host) == nil && !isDNSName(host)) {
-		return "", 0, fmt.Errorf("peer: advertise address %q: want host or host:port with port 1-65535", addr)
+		return "", 0, fmt.Errorf("gossip: advertise address %q: want host or host:port with port 1-65535", addr)
 	}
 	return host, int(n), nil
 }

@@ -1,4 +1,4 @@
-package peer
+package gossip
 
 import (
 	"encoding/binary"
@@ -91,9 +91,9 @@ func TestMetaSizeLimit(t *testing.T) {
 	if _, err := (Meta{GRPCAddr: over}).MarshalBinary(); err == nil || !strings.Contains(err.Error(), "limit") {
 		t.Errorf("Marshal(%d-byte address) error = %v, want over the limit", len(over), err)
 	}
-	_, err := NewMembership(MembershipConfig{NodeName: "n", GRPCAddr: over})
+	_, err := New(Config{NodeName: "n", GRPCAddr: over})
 	if err == nil || !strings.Contains(err.Error(), "limit") {
-		t.Errorf("NewMembership with a %d-byte gRPC address: error = %v, want over the limit", len(over), err)
+		t.Errorf("New with a %d-byte gRPC address: error = %v, want over the limit", len(over), err)
 	}
 }
 

@@ -1,4 +1,4 @@
-package peer
+package gossip
 
 import (
 	"context"
@@ -59,33 +59,33 @@ func TestParseSeed(t *testing.T) {
 
 func TestNewMembershipRejectsBadConfig(t *testing.T) {
 	t.Parallel()
-	ok := MembershipConfig{NodeName: "n", GRPCAddr: "10.0.0.1:8081"}
+	ok := Config{NodeName: "n", GRPCAddr: "10.0.0.1:8081"}
 	tests := []struct {
 		name    string
-		edit    func(*MembershipConfig)
+		edit    func(*Config)
 		wantErr string
 	}{
-		{"no name", func(c *MembershipConfig) { c.NodeName = "" }, "node name"},
-		{"no gRPC address", func(c *MembershipConfig) { c.GRPCAddr = "" }, "gRPC address"},
-		{"gRPC port 0", func(c *MembershipConfig) { c.GRPCAddr = "h:0" }, "port"},
-		{"bind host name", func(c *MembershipConfig) { c.BindAddr = "example.com:7946" }, "must be an IP"},
-		{"bind without port", func(c *MembershipConfig) { c.BindAddr = "127.0.0.1" }, "bind address"},
-		{"advertise bad", func(c *MembershipConfig) { c.AdvertiseAddr = "a b" }, "advertise"},
-		{"advertise port 0", func(c *MembershipConfig) { c.AdvertiseAddr = "10.0.0.1:0" }, "advertise"},
-		{"second seed bad", func(c *MembershipConfig) { c.Seeds = []string{"ok.test", "bad:port"} }, "seed 2 of 2"},
+		{"no name", func(c *Config) { c.NodeName = "" }, "node name"},
+		{"no gRPC address", func(c *Config) { c.GRPCAddr = "" }, "gRPC address"},
+		{"gRPC port 0", func(c *Config) { c.GRPCAddr = "h:0" }, "port"},
+		{"bind host name", func(c *Config) { c.BindAddr = "example.com:7946" }, "must be an IP"},
+		{"bind without port", func(c *Config) { c.BindAddr = "127.0.0.1" }, "bind address"},
+		{"advertise bad", func(c *Config) { c.AdvertiseAddr = "a b" }, "advertise"},
+		{"advertise port 0", func(c *Config) { c.AdvertiseAddr = "10.0.0.1:0" }, "advertise"},
+		{"second seed bad", func(c *Config) { c.Seeds = []string{"ok.test", "bad:port"} }, "seed 2 of 2"},
 	}
 	for _, tt := range tests {
 		cfg := ok
 		tt.edit(&cfg)
-		if _, err := NewMembership(cfg); err == nil || !strings.Contains(err.Error(), tt.wantErr) || !strings.HasPrefix(err.Error(), "peer: ") {
-			t.Errorf("%s: NewMembership error = %v, want one starting \"peer: \" containing %q", tt.name, err, tt.wantErr)
+		if _, err := New(cfg); err == nil || !strings.Contains(err.Error(), tt.wantErr) || !strings.HasPrefix(err.Error(), "gossip: ") {
+			t.Errorf("%s: New error = %v, want one starting \"gossip: \" containing %q", tt.name, err, tt.wantErr)
 		}
 	}
 	for _, adv := range []string{"10.0.0.1", "10.0.0.1:7000", "node.test", "node.test:7000", "fd00::1", "[fd00::1]:7000"} {
 		cfg := ok
 		cfg.AdvertiseAddr = adv
-		if _, err := NewMembership(cfg); err != nil {
-			t.Errorf("AdvertiseAddr %q: NewMembership error = %v", adv, err)
+		if _, err := New(cfg); err != nil {
+			t.Errorf("AdvertiseAddr %q: New error = %v", adv, err)
 		}
 	}
 }
@@ -102,7 +102,7 @@ func fakeDNS(table map[string][]string) func(context.Context, string) ([]string,
 
 func TestSeedTargets(t *testing.T) {
 	t.Parallel()
-	m, err := NewMembership(MembershipConfig{
+	m, err := New(Config{
 		NodeName: "n",
 		GRPCAddr: "10.0.0.1:8081",
 		Seeds: []string{
@@ -189,7 +189,7 @@ func TestJoinRetryUntilSeedUp(t *testing.T) {
 	t.Parallel()
 	seedAddr := reserveAddr(t)
 	log, buf := testLogger(t)
-	a := startGossip(t, "node-a", "127.0.0.1:0", MembershipConfig{Seeds: []string{seedAddr}, JoinRetry: 20 * time.Millisecond, Logger: log})
+	a := startGossip(t, "node-a", "127.0.0.1:0", Config{Seeds: []string{seedAddr}, JoinRetry: 20 * time.Millisecond, Logger: log})
 	poll.Until(t, 5*time.Second, func() bool { return a.m.joinAttempts.Load() >= 12 }, "%s", "a few join attempts")
 	if a.m.Joined() {
 		t.Fatal("Joined() = true while the seed is down")
@@ -199,7 +199,7 @@ func TestJoinRetryUntilSeedUp(t *testing.T) {
 		t.Errorf("%d warnings for %d failed attempts, want one per %d attempts", warns, tries, joinWarnEvery)
 	}
 
-	s := startGossip(t, "node-s", seedAddr, MembershipConfig{})
+	s := startGossip(t, "node-s", seedAddr, Config{})
 	poll.Until(t, 5*time.Second, a.m.Joined, "%s", "a joins the seed once it is up")
 	poll.Until(t, 5*time.Second, sees([]*gossipNode{a, s}, membersOf(a, s)), "%s", "both see both")
 }
@@ -207,7 +207,7 @@ func TestJoinRetryUntilSeedUp(t *testing.T) {
 // A seed's DNS name that does not resolve yet (pod start) is retried.
 func TestJoinWaitsForDNS(t *testing.T) {
 	t.Parallel()
-	s := startGossip(t, "node-s", "127.0.0.1:0", MembershipConfig{})
+	s := startGossip(t, "node-s", "127.0.0.1:0", Config{})
 	_, port, _ := net.SplitHostPort(s.m.LocalAddr())
 	var ready atomic.Bool
 	resolve := func(_ context.Context, host string) ([]string, error) {
@@ -216,7 +216,7 @@ func TestJoinWaitsForDNS(t *testing.T) {
 		}
 		return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
 	}
-	a := startGossip(t, "node-a", "127.0.0.1:0", MembershipConfig{Seeds: []string{"limiter.test:" + port}, Resolver: resolve})
+	a := startGossip(t, "node-a", "127.0.0.1:0", Config{Seeds: []string{"limiter.test:" + port}, Resolver: resolve})
 	poll.Until(t, 5*time.Second, func() bool { return a.m.joinAttempts.Load() >= 3 }, "%s", "a few join attempts")
 	if a.m.Joined() {
 		t.Fatal("Joined() = true before the seed name resolves")
@@ -230,12 +230,12 @@ func TestJoinWaitsForDNS(t *testing.T) {
 func TestJoinSeedIsSelf(t *testing.T) {
 	t.Parallel()
 	aAddr, bAddr := reserveAddr(t), reserveAddr(t)
-	a := startGossip(t, "node-a", aAddr, MembershipConfig{Seeds: []string{aAddr}})
+	a := startGossip(t, "node-a", aAddr, Config{Seeds: []string{aAddr}})
 	poll.Until(t, 5*time.Second, a.m.Joined, "%s", "a, its own only seed, starts a cluster")
 	if a.m.joinAttempts.Load() != 1 {
 		t.Errorf("a joined after %d attempts, want 1", a.m.joinAttempts.Load())
 	}
-	b := startGossip(t, "node-b", bAddr, MembershipConfig{Seeds: []string{bAddr, aAddr}})
+	b := startGossip(t, "node-b", bAddr, Config{Seeds: []string{bAddr, aAddr}})
 	poll.Until(t, 5*time.Second, sees([]*gossipNode{a, b}, membersOf(a, b)), "%s", "b joins a")
 }
 
@@ -256,7 +256,7 @@ func TestJoinRejoinMergesClusters(t *testing.T) {
 			return []string{ip}, nil
 		}
 	}
-	cfg := MembershipConfig{Seeds: []string{"limiter.test:" + port}, RejoinInterval: 50 * time.Millisecond}
+	cfg := Config{Seeds: []string{"limiter.test:" + port}, RejoinInterval: 50 * time.Millisecond}
 	cfg.Resolver = dns(aIP)
 	a := startGossip(t, "node-a", aAddr, cfg)
 	cfg.Resolver = dns(bIP)
@@ -275,7 +275,7 @@ func TestJoinAdvertiseName(t *testing.T) {
 	t.Parallel()
 	ip := uniqueIP()
 	log, _ := testLogger(t)
-	m, err := NewMembership(MembershipConfig{
+	m, err := New(Config{
 		NodeName: "adv", BindAddr: ip + ":0", AdvertiseAddr: "me.test", GRPCAddr: ":8081", Logger: log,
 		Resolver: fakeDNS(map[string][]string{"me.test": {ip}}),
 	})
@@ -291,11 +291,11 @@ func TestJoinAdvertiseName(t *testing.T) {
 	if got, want := m.selfGossip(), m.LocalAddr(); got != want {
 		t.Errorf("advertised gossip address %q, want %q", got, want)
 	}
-	b := startGossip(t, "node-b", "127.0.0.1:0", MembershipConfig{Seeds: []string{m.LocalAddr()}})
+	b := startGossip(t, "node-b", "127.0.0.1:0", Config{Seeds: []string{m.LocalAddr()}})
 	a.grpc = net.JoinHostPort(ip, "8081")
 	poll.Until(t, 5*time.Second, sees([]*gossipNode{b}, membersOf(a, b)), "%s", "b sees adv at its advertised IP")
 
-	bad, err := NewMembership(MembershipConfig{NodeName: "x", BindAddr: "127.0.0.1:0", AdvertiseAddr: "nowhere.test", GRPCAddr: "h:1",
+	bad, err := New(Config{NodeName: "x", BindAddr: "127.0.0.1:0", AdvertiseAddr: "nowhere.test", GRPCAddr: "h:1",
 		Resolver: fakeDNS(nil)})
 	if err != nil {
 		t.Fatal(err)

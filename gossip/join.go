@@ -1,4 +1,4 @@
-package peer
+package gossip
 
 import (
 	"context"
@@ -13,8 +13,8 @@ import (
 	"github.com/hashicorp/memberlist"
 )
 
-// DefaultGossipPort is the gossip port of a seed given without one.
-const DefaultGossipPort = 7946
+// DefaultPort is the gossip port of a seed given without one.
+const DefaultPort = 7946
 
 const (
 	// joinWarnEvery: a failing join logs at Warn on the first attempt and
@@ -32,7 +32,7 @@ const (
 	reclaimFanout = 2
 )
 
-// seed is one Seeds entry, checked by NewMembership.
+// seed is one Seeds entry, checked by New.
 type seed struct {
 	host string // IP literal or DNS name, without brackets
 	port string
@@ -45,35 +45,35 @@ func parseSeed(s string) (seed, error) {
 	raw := s
 	s = strings.TrimSpace(s)
 	if s == "" {
-		return seed{}, errors.New("peer: seed is empty")
+		return seed{}, errors.New("gossip: seed is empty")
 	}
-	host, port := s, strconv.Itoa(DefaultGossipPort)
+	host, port := s, strconv.Itoa(DefaultPort)
 	switch {
 	case net.ParseIP(s) != nil:
 		// A bare literal, IPv6 included: its colons are not a port.
 	case strings.HasPrefix(s, "[") && strings.HasSuffix(s, "]"):
 		host = s[1 : len(s)-1]
 		if net.ParseIP(host) == nil {
-			return seed{}, fmt.Errorf("peer: seed %q: brackets hold no IP address", raw)
+			return seed{}, fmt.Errorf("gossip: seed %q: brackets hold no IP address", raw)
 		}
 	case strings.Contains(s, ":"):
 		h, p, err := net.SplitHostPort(s)
 		if err != nil {
-			return seed{}, fmt.Errorf("peer: seed %q: %w", raw, err)
+			return seed{}, fmt.Errorf("gossip: seed %q: %w", raw, err)
 		}
 		host, port = h, p
 	}
 	if p, err := strconv.ParseUint(port, 10, 16); err != nil || p == 0 {
-		return seed{}, fmt.Errorf("peer: seed %q: port must be 1-65535", raw)
+		return seed{}, fmt.Errorf("gossip: seed %q: port must be 1-65535", raw)
 	}
 	if net.ParseIP(host) != nil {
 		return seed{host: host, port: port, ip: true}, nil
 	}
 	if strings.HasPrefix(s, "[") {
-		return seed{}, fmt.Errorf("peer: seed %q: brackets hold no IP address", raw)
+		return seed{}, fmt.Errorf("gossip: seed %q: brackets hold no IP address", raw)
 	}
 	if !isDNSName(host) {
-		return seed{}, fmt.Errorf("peer: seed %q: %q is not an IP address or a DNS name", raw, host)
+		return seed{}, fmt.Errorf("gossip: seed %q: %q is not an IP address or a DNS name", raw, host)
 	}
 	return seed{host: host, port: port}, nil
 }
@@ -116,7 +116,7 @@ func (m *Membership) seedTargets(ctx context.Context) ([]string, error) {
 				err = errors.New("no addresses")
 			}
 			if err != nil {
-				errs = append(errs, fmt.Errorf("peer: resolve seed %s: %w", s.host, err))
+				errs = append(errs, fmt.Errorf("gossip: resolve seed %s: %w", s.host, err))
 				continue
 			}
 			hosts = hs
@@ -124,7 +124,7 @@ func (m *Membership) seedTargets(ctx context.Context) ([]string, error) {
 		for _, h := range hosts {
 			ip := net.ParseIP(h)
 			if ip == nil {
-				errs = append(errs, fmt.Errorf("peer: seed %s resolved to %q, not an IP address", s.host, h))
+				errs = append(errs, fmt.Errorf("gossip: seed %s resolved to %q, not an IP address", s.host, h))
 				continue
 			}
 			out = appendNew(out, net.JoinHostPort(ip.String(), s.port))
@@ -149,7 +149,7 @@ func (m *Membership) contact(ctx context.Context, ml *memberlist.Memberlist, tar
 		}
 		tried++
 		if _, jerr := ml.Join([]string{t}); jerr != nil {
-			errs = append(errs, fmt.Errorf("peer: join %s: %w", t, jerr))
+			errs = append(errs, fmt.Errorf("gossip: join %s: %w", t, jerr))
 			continue
 		}
 		ok++
@@ -160,7 +160,8 @@ func (m *Membership) contact(ctx context.Context, ml *memberlist.Memberlist, tar
 // joinLoop joins the seeds, then keeps this node joined until ctx is done.
 // It is the only goroutine Run starts besides memberlist's own.
 func (m *Membership) joinLoop(ctx context.Context, ml *memberlist.Memberlist) {
-	if len(m.seeds) > 0 && !m.joinSeeds(ctx, ml) {
+	contact := func(ctx context.Context, targets []string) (int, int, error) { return m.contact(ctx, ml, targets) }
+	if len(m.seeds) > 0 && !m.joinSeeds(ctx, contact) {
 		return
 	}
 	var rejoin <-chan time.Time
@@ -181,19 +182,21 @@ func (m *Membership) joinLoop(ctx context.Context, ml *memberlist.Memberlist) {
 	}
 }
 
-// joinSeeds tries every JoinRetry until a seed answers, or until the seeds
-// resolve to this node alone (it is the first of its cluster). It reports
-// false if ctx ended first.
-func (m *Membership) joinSeeds(ctx context.Context, ml *memberlist.Memberlist) bool {
+// joinSeeds tries every JoinRetry (±20 %) until a seed answers, or until
+// the seeds resolve to this node alone (it is the first of its cluster). It
+// reports false if ctx ended first. contact joins targets (see contact); it
+// is a parameter so that the retry schedule can be tested in a synctest
+// bubble, without memberlist or a network.
+func (m *Membership) joinSeeds(ctx context.Context, contact func(context.Context, []string) (ok, tried int, err error)) bool {
 	for attempt := 1; ; attempt++ {
 		m.joinAttempts.Add(1)
 		targets, err := m.seedTargets(ctx)
-		ok, tried, cerr := m.contact(ctx, ml, targets)
+		ok, tried, cerr := contact(ctx, targets)
 		err = errors.Join(err, cerr)
 		switch {
 		case ok > 0:
 			m.joined.Store(true)
-			m.log.Info("joined the cluster", "contacted", ok, "attempts", attempt, "members", ml.NumMembers())
+			m.log.Info("joined the cluster", "contacted", ok, "attempts", attempt)
 			return true
 		case tried == 0 && err == nil:
 			m.joined.Store(true)

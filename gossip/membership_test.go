@@ -1,4 +1,4 @@
-package peer
+package gossip
 
 import (
 	"bytes"
@@ -100,7 +100,7 @@ var grpcPorts atomic.Int32
 // startGossip starts a Membership named name bound to bind (port 0 unless
 // the test reserved one) and waits until memberlist is up. It is stopped
 // when the test ends.
-func startGossip(t *testing.T, name, bind string, cfg MembershipConfig) *gossipNode {
+func startGossip(t *testing.T, name, bind string, cfg Config) *gossipNode {
 	t.Helper()
 	if cfg.Logger == nil {
 		cfg.Logger, _ = testLogger(t)
@@ -110,9 +110,9 @@ func startGossip(t *testing.T, name, bind string, cfg MembershipConfig) *gossipN
 	if cfg.JoinRetry == 0 {
 		cfg.JoinRetry = 100 * time.Millisecond
 	}
-	m, err := NewMembership(cfg)
+	m, err := New(cfg)
 	if err != nil {
-		t.Fatalf("NewMembership(%s): %v", name, err)
+		t.Fatalf("New(%s): %v", name, err)
 	}
 	g.m = m
 	ctx, cancel := context.WithCancel(context.Background())
@@ -163,7 +163,7 @@ func startCluster(t *testing.T, n int) []*gossipNode {
 	t.Helper()
 	var nodes []*gossipNode
 	for i := range n {
-		var cfg MembershipConfig
+		var cfg Config
 		if i > 0 {
 			cfg.Seeds = []string{nodes[0].m.LocalAddr()}
 		}
@@ -257,7 +257,7 @@ func TestMembershipRestartSameName(t *testing.T) {
 	a, b, c := nodes[0], nodes[1], nodes[2]
 	start := time.Now()
 	c.stop(t)
-	c2 := startGossip(t, c.name, "127.0.0.1:0", MembershipConfig{Seeds: []string{a.m.LocalAddr()}})
+	c2 := startGossip(t, c.name, "127.0.0.1:0", Config{Seeds: []string{a.m.LocalAddr()}})
 	if c2.grpc == c.grpc || c2.m.LocalAddr() == c.m.LocalAddr() {
 		t.Fatalf("restart reused an address: %s/%s", c2.grpc, c2.m.LocalAddr())
 	}
@@ -267,7 +267,7 @@ func TestMembershipRestartSameName(t *testing.T) {
 
 func TestMembershipMembersBeforeRun(t *testing.T) {
 	t.Parallel()
-	m, err := NewMembership(MembershipConfig{NodeName: "solo", GRPCAddr: ":8081", Seeds: []string{"seed.test"}})
+	m, err := New(Config{NodeName: "solo", GRPCAddr: ":8081", Seeds: []string{"seed.test"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -293,7 +293,7 @@ func TestMembershipMembersBeforeRun(t *testing.T) {
 func TestMembershipNoSeeds(t *testing.T) {
 	t.Parallel()
 	log, _ := testLogger(t)
-	m, err := NewMembership(MembershipConfig{NodeName: "solo", BindAddr: "127.0.0.1:0", GRPCAddr: ":8081", Logger: log})
+	m, err := New(Config{NodeName: "solo", BindAddr: "127.0.0.1:0", GRPCAddr: ":8081", Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -321,7 +321,7 @@ func (garbageMeta) NodeMeta(int) []byte { return []byte{0xee, 1, 2} }
 func TestMembershipSkipsUndecodableMeta(t *testing.T) {
 	t.Parallel()
 	log, buf := testLogger(t)
-	a := startGossip(t, "node-a", "127.0.0.1:0", MembershipConfig{Logger: log})
+	a := startGossip(t, "node-a", "127.0.0.1:0", Config{Logger: log})
 
 	conf := memberlist.DefaultLocalConfig()
 	conf.Name, conf.BindAddr, conf.BindPort = "alien", "127.0.0.1", 0
@@ -398,14 +398,14 @@ func TestMembershipRunStops(t *testing.T) {
 	var cancels []context.CancelFunc
 	var dones []chan error
 	for i := range 2 {
-		cfg := MembershipConfig{NodeName: fmt.Sprint("n", i), BindAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:8081", Logger: log, JoinRetry: 50 * time.Millisecond}
+		cfg := Config{NodeName: fmt.Sprint("n", i), BindAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:8081", Logger: log, JoinRetry: 50 * time.Millisecond}
 		if i > 0 {
 			cfg.Seeds = []string{nodes[0].LocalAddr(), "unreachable.test"}
 			cfg.Resolver = func(context.Context, string) ([]string, error) {
 				return nil, &net.DNSError{Err: "no such host", IsNotFound: true}
 			}
 		}
-		m, err := NewMembership(cfg)
+		m, err := New(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -428,7 +428,7 @@ func TestMembershipRunStops(t *testing.T) {
 	poll.Until(t, 5*time.Second, func() bool { return goleak.Find(before) == nil }, "%s", "no goroutine left after Run returned")
 	goleak.VerifyNone(t, before)
 
-	m, _ := NewMembership(MembershipConfig{NodeName: "x", GRPCAddr: "h:1"})
+	m, _ := New(Config{NodeName: "x", GRPCAddr: "h:1"})
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	if err := m.Run(ctx); err != nil || m.LocalAddr() != "" {

@@ -1,4 +1,4 @@
-package peer
+package gossip
 
 import (
 	"encoding/binary"
@@ -18,11 +18,11 @@ const metaVersion = 1
 const metaFirstIncompatible = 128
 
 // ErrMetaVersion reports node metadata in a layout this build cannot read.
-var ErrMetaVersion = errors.New("peer: unsupported node metadata version")
+var ErrMetaVersion = errors.New("gossip: unsupported node metadata version")
 
 // Meta is what a node publishes about itself in its gossip metadata
 // (memberlist's Node.Meta). Encoded, it must fit in memberlist.MetaMaxSize
-// (512) bytes; NewMembership checks that.
+// (512) bytes; New checks that.
 //
 // Encoding. Byte 0 is the version. Version 1 follows it with one field: a
 // uvarint length and that many bytes of GRPCAddr, and nothing else. Later
@@ -51,7 +51,7 @@ func (m Meta) MarshalBinary() ([]byte, error) {
 	b = binary.AppendUvarint(b, uint64(len(m.GRPCAddr)))
 	b = append(b, m.GRPCAddr...)
 	if len(b) > memberlist.MetaMaxSize {
-		return nil, fmt.Errorf("peer: node metadata is %d bytes, over memberlist's limit of %d: gRPC address too long", len(b), memberlist.MetaMaxSize)
+		return nil, fmt.Errorf("gossip: node metadata is %d bytes, over memberlist's limit of %d: gRPC address too long", len(b), memberlist.MetaMaxSize)
 	}
 	return b, nil
 }
@@ -59,23 +59,23 @@ func (m Meta) MarshalBinary() ([]byte, error) {
 // UnmarshalBinary decodes b, written by this or a compatible later version.
 func (m *Meta) UnmarshalBinary(b []byte) error {
 	if len(b) == 0 {
-		return errors.New("peer: node metadata is empty")
+		return errors.New("gossip: node metadata is empty")
 	}
 	v := b[0]
 	switch {
 	case v == 0:
-		return errors.New("peer: node metadata version 0 is invalid")
+		return errors.New("gossip: node metadata version 0 is invalid")
 	case v >= metaFirstIncompatible:
-		return fmt.Errorf("peer: node metadata version %d: %w", v, ErrMetaVersion)
+		return fmt.Errorf("gossip: node metadata version %d: %w", v, ErrMetaVersion)
 	}
 	rest := b[1:]
 	n, size := binary.Uvarint(rest)
 	if size <= 0 || n > uint64(len(rest)-size) {
-		return fmt.Errorf("peer: node metadata version %d: truncated gRPC address", v)
+		return fmt.Errorf("gossip: node metadata version %d: truncated gRPC address", v)
 	}
 	addr := string(rest[size : size+int(n)])
 	if v == metaVersion && size+int(n) != len(rest) {
-		return fmt.Errorf("peer: node metadata version 1: %d trailing bytes", len(rest)-size-int(n))
+		return fmt.Errorf("gossip: node metadata version 1: %d trailing bytes", len(rest)-size-int(n))
 	}
 	if err := checkGRPCAddr(addr); err != nil {
 		return err
@@ -89,10 +89,10 @@ func (m *Meta) UnmarshalBinary(b []byte) error {
 func checkGRPCAddr(addr string) error {
 	_, port, err := net.SplitHostPort(addr)
 	if err != nil {
-		return fmt.Errorf("peer: gRPC address %q: %w", addr, err)
+		return fmt.Errorf("gossip: gRPC address %q: %w", addr, err)
 	}
 	if p, err := strconv.ParseUint(port, 10, 16); err != nil || p == 0 {
-		return fmt.Errorf("peer: gRPC address %q: port must be 1-65535", addr)
+		return fmt.Errorf("gossip: gRPC address %q: port must be 1-65535", addr)
 	}
 	return nil
 }
@@ -113,7 +113,7 @@ func resolveGRPCAddr(addr string, ip net.IP) string {
 
 // NodeMeta returns this node's encoded Meta. Called concurrently, when an
 // alive message is built; the slice is shared and never modified.
-// NewMembership checked it fits memberlist.MetaMaxSize; should memberlist
+// New checked it fits memberlist.MetaMaxSize; should memberlist
 // ever ask for less, nothing is published rather than a truncated record.
 func (h *hooks) NodeMeta(limit int) []byte {
 	if len(h.m.meta) > limit {

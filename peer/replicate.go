@@ -1,0 +1,139 @@
+package peer
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/shardlimiter/shardlimiter/limit"
+	"github.com/shardlimiter/shardlimiter/ring"
+)
+
+// Replication: so that a crash loses at most one interval of hits.
+//
+// Every Config.ReplicationInterval the node drains the keys its tables
+// marked changed (table.Config.TrackChanges) and sends each key's state to
+// the other node that holds it:
+//
+//   - a key this node owns goes to its owner in the ring without this node
+//     (view.backup). That is exactly the node that owns the key once this
+//     one is gone, so after a crash the new owner decides from the replica
+//     and needs no transfer; and while this node is unreachable, the nodes
+//     that cannot forward to it send its checks there (a stand-in).
+//   - a key this node does not own (it decided it as that stand-in, or
+//     while a handoff was under way) goes to its owner, so that an owner
+//     that was frozen or cut off catches up as soon as it is back.
+//
+// The receiver merges (Limiter.Import): the state that has consumed more
+// wins, so replicas never admit more than the owner would. Sends are
+// asynchronous and batched, one Push per destination per round, all
+// destinations in parallel, each bounded by replicaSendTimeout so that one
+// frozen node cannot stall the others' replication for long. The keys of a
+// failed or skipped send (a suspended destination) wait in a backlog for
+// the next round, up to maxReplicaKeys per destination; beyond that the
+// oldest are dropped and counted.
+
+// maxReplicaKeys bounds the keys one replication round drains from each
+// table; the rest wait for the next round.
+const maxReplicaKeys = 1 << 16
+
+// replicaSendTimeout bounds one round's send to one destination.
+const replicaSendTimeout = 250 * time.Millisecond
+
+// replicaBacklog holds, per destination, the key states a round could not
+// send. Only the replication goroutine uses it.
+type replicaBacklog map[string][]limit.KeyState
+
+func (n *Node) replicateLoop(ctx context.Context) {
+	if n.cfg.ReplicationInterval <= 0 {
+		return
+	}
+	t := time.NewTicker(n.cfg.ReplicationInterval)
+	defer t.Stop()
+	backlog := replicaBacklog{}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			start := time.Now()
+			if sent := n.replicateOnce(ctx, backlog); sent > 0 {
+				n.m.replicationRound.Observe(time.Since(start).Seconds())
+			}
+		}
+	}
+}
+
+// replicateOnce sends the keys changed since the last round, with the
+// backlog, and returns how many it sent.
+func (n *Node) replicateOnce(ctx context.Context, backlog replicaBacklog) int {
+	v := n.view.Load()
+	now := n.cfg.Now().UnixNano()
+	by := map[string][]limit.KeyState{}
+	to := map[string]ring.Member{}
+	for name, ks := range backlog {
+		if i := v.snap.IndexOf(name); i >= 0 {
+			by[name], to[name] = ks, v.snap.Member(i)
+		}
+		delete(backlog, name) // a node no longer on the ring gets nothing more
+	}
+	var keys []string
+	for a, l := range n.limiters {
+		keys = keys[:0]
+		l.Changed(maxReplicaKeys, func(key string) { keys = append(keys, key) })
+		if v.snap.Len() < 2 {
+			continue // alone: nobody to send to
+		}
+		for _, key := range keys {
+			uk := uniqueKeyOf(key)
+			var dest ring.Member
+			if o := v.snap.OwnerIndex(uk); o != v.self {
+				dest = v.snap.Member(o)
+			} else if v.backup != nil {
+				dest = v.backup.Owner(uk)
+			} else {
+				continue
+			}
+			st, ok := l.Export(key, now)
+			if !ok {
+				continue
+			}
+			by[dest.Name] = append(by[dest.Name], limit.KeyState{Algorithm: limit.Algorithm(a), Key: key, State: st})
+			to[dest.Name] = dest
+		}
+	}
+	sent := 0
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for name, ks := range by {
+		if !n.peers.allowed(to[name]) {
+			backlog.keep(name, ks, n.m)
+			continue
+		}
+		sent += len(ks)
+		wg.Go(func() {
+			sctx, cancel := context.WithTimeout(ctx, replicaSendTimeout)
+			defer cancel()
+			if err := n.pushTo(sctx, to[name], limit.Replica, nil, ks); err != nil {
+				n.m.replicationErrors.Inc()
+				n.log.Debug("replication failed", "to", name, "keys", len(ks), "err", err)
+				mu.Lock()
+				backlog.keep(name, ks, n.m)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return sent
+}
+
+// keep puts ks back for dest's next round, keeping the newest
+// maxReplicaKeys (a key may then be there twice: the receiver merges).
+func (b replicaBacklog) keep(dest string, ks []limit.KeyState, m *metrics) {
+	all := append(b[dest], ks...)
+	if drop := len(all) - maxReplicaKeys; drop > 0 {
+		m.replicationDropped.Add(float64(drop))
+		all = all[drop:]
+	}
+	b[dest] = all
+}

@@ -1,0 +1,606 @@
+package peer
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"slices"
+	"time"
+
+	"github.com/shardlimiter/shardlimiter/limit"
+	"github.com/shardlimiter/shardlimiter/ring"
+	"github.com/shardlimiter/shardlimiter/transport"
+)
+
+// The moving of key states between nodes: the jobs a ring rebuild plans
+// (see handoff.go), and the State service other nodes call.
+
+// A transfer is split into Push calls of at most maxTransferKeys keys and
+// about maxTransferBytes (under gRPC's default 4 MiB receive limit), and
+// into Pull calls of at most maxPullPartitions partitions (at the default
+// 4093 partitions and 1M keys, ~250 keys each).
+const (
+	maxTransferKeys   = 8192
+	maxTransferBytes  = 2 << 20
+	maxPullPartitions = 256
+)
+
+// pullTimeoutGone bounds a pull from a node that is no longer a member: a
+// node that is leaving gracefully answers (it waits for its keys to be
+// taken), a crashed one never does, and its replica is the next place to
+// look. It must cover the waits of Pull (pullWaitOwn, memberWait) in the
+// common case.
+const pullTimeoutGone = time.Second
+
+// transferRetries is how often a failed push is tried again before the
+// transfer is given up (and counted).
+const transferRetries = 3
+
+// job is a transfer planned by a rebuild, run by the handoff goroutines.
+type job struct {
+	pull         bool
+	peer, backup ring.Member // pull: from peer, else from backup; push: to peer
+	parts        []int
+	why          limit.Transfer
+	pushed       chan struct{} // push: closed when answered
+}
+
+// planHandoff marks the partitions whose owner changed from old to cur and
+// queues the transfers (see handoff.go). It runs under rebuildMu, once per
+// rebuild, after cur is stored. It returns the channels closed once each
+// push has been answered.
+func (n *Node) planHandoff(old, cur *view) []chan struct{} {
+	self := n.cfg.Name
+	why := limit.Join
+	if cur.snap.Len() < old.snap.Len() {
+		why = limit.Leave
+	}
+	pulls := map[string]*job{}
+	pushes := map[string]*job{}
+	withouts := map[string]*ring.Snapshot{}
+	h := n.ho
+	h.mu.Lock()
+	for p := range h.kinds {
+		was := old.snap.Member(old.snap.PartitionOwner(p))
+		now := cur.snap.Member(cur.snap.PartitionOwner(p))
+		kind, d := h.kinds[p].Load(), h.parts[p]
+		if now.Name == self {
+			switch {
+			case kind == partMoved:
+				h.setLocked(p, partIncoming, partDetail{from: d.to, done: make(chan struct{}), why: why})
+			case kind == partIncoming:
+				// Still on its way from where the last change said.
+			case was.Name != self:
+				// Gained: take its state from the old owner, even when some
+				// of it was received already (merging is idempotent, and
+				// the old owner may have decided more since).
+				backup := n.backupOf(old.snap, was.Name, p, withouts)
+				h.setLocked(p, partIncoming, partDetail{from: was, backup: backup, done: make(chan struct{}), why: why})
+			case kind == partReceived:
+				h.setLocked(p, partNormal, partDetail{})
+			default:
+				continue
+			}
+			if kind := h.kinds[p].Load(); kind == partIncoming {
+				d := h.parts[p]
+				addPart(pulls, d.from.Name+"\x00"+d.backup.Name, job{pull: true, peer: d.from, backup: d.backup, why: why}, p)
+			}
+			continue
+		}
+		switch {
+		case kind == partReceived, kind == partNormal && was.Name == self:
+			j := addPart(pushes, now.Name, job{peer: now, why: why, pushed: make(chan struct{})}, p)
+			h.setLocked(p, partMoved, partDetail{to: now, pushed: j.pushed, why: why})
+		case kind == partMoved:
+			// The ring agrees now, or the node we moved it to hands it on by
+			// its own ring.
+			h.setLocked(p, partNormal, partDetail{})
+		}
+		// An incoming partition lost before its state arrived stays
+		// incoming: the pull under way passes it on (runPull), and a pull
+		// from its new owner waits for it (Pull).
+	}
+	h.mu.Unlock()
+	var pushed []chan struct{}
+	n.jobsMu.Lock()
+	for _, j := range pulls {
+		n.jobs = append(n.jobs, *j)
+	}
+	for _, j := range pushes {
+		n.jobs = append(n.jobs, *j)
+		pushed = append(pushed, j.pushed)
+	}
+	n.jobsMu.Unlock()
+	if len(pulls)+len(pushes) > 0 {
+		select {
+		case n.jobsKick <- struct{}{}:
+		default:
+		}
+		n.log.Info("handoff planned", "ring_version", cur.snap.Version(), "pulls", len(pulls), "pushes", len(pushes), "transfer", why.String())
+	}
+	return pushed
+}
+
+func addPart(jobs map[string]*job, key string, j job, p int) *job {
+	if jobs[key] == nil {
+		jobs[key] = &j
+	}
+	jobs[key].parts = append(jobs[key].parts, p)
+	return jobs[key]
+}
+
+// backupOf returns the member that held the replica of partition p while
+// owner owned it (the owner of p once owner is gone), or a zero Member when
+// that is this node (it has the replica already) or there is none.
+func (n *Node) backupOf(old *ring.Snapshot, owner string, p int, cache map[string]*ring.Snapshot) ring.Member {
+	if old.Len() < 2 {
+		return ring.Member{}
+	}
+	w := cache[owner]
+	if w == nil {
+		var err error
+		if w, err = old.Without(owner); err != nil {
+			return ring.Member{}
+		}
+		cache[owner] = w
+	}
+	m := w.Member(w.PartitionOwner(p))
+	if m.Name == n.cfg.Name {
+		return ring.Member{}
+	}
+	return m
+}
+
+// handoffLoop runs the queued transfers, each in its own goroutine, until
+// ctx is done; it returns once they have all returned.
+func (n *Node) handoffLoop(ctx context.Context) {
+	defer n.jobsWG.Wait()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-n.jobsKick:
+		}
+		n.jobsMu.Lock()
+		jobs := n.jobs
+		n.jobs = nil
+		n.jobsMu.Unlock()
+		for _, j := range jobs {
+			n.jobsRunning.Add(1)
+			n.jobsWG.Go(func() {
+				defer n.jobsRunning.Add(-1)
+				if j.pull {
+					n.runPull(ctx, j)
+				} else {
+					n.runPush(ctx, j)
+				}
+			})
+		}
+	}
+}
+
+// takeOver makes this node the holder of the partitions of checks[idx]
+// when prev, the node its ring names as their owner, says they are this
+// node's (prev's ring is ahead, and it is handing them over): it pulls them
+// from prev, merges them and marks them received, so they are decided here
+// on their state until this node's ring agrees.
+func (n *Node) takeOver(ctx context.Context, prev ring.Member, checks []limit.Check, idx []int) {
+	v := n.view.Load()
+	var parts []int
+	for _, i := range idx {
+		p := v.snap.PartitionOf(checks[i].Key)
+		if n.ho.kind(p) != partReceived && v.snap.PartitionOwner(p) != v.self && !slices.Contains(parts, p) {
+			parts = append(parts, p)
+		}
+	}
+	if len(parts) == 0 {
+		return
+	}
+	keys, err := n.pullFrom(ctx, prev, parts)
+	if err != nil {
+		n.m.handoffIncomplete.Inc()
+		n.log.Warn("handoff: taking over partitions failed; deciding from the state held here", "from", prev.Name, "partitions", len(parts), "err", err)
+		return
+	}
+	n.importKeys(keys, limit.Leave)
+	h := n.ho
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	v = n.view.Load()
+	for _, p := range parts {
+		k := h.kinds[p].Load()
+		if (k == partNormal || k == partMoved && h.parts[p].to.Name == prev.Name) && v.snap.PartitionOwner(p) != v.self {
+			h.setLocked(p, partReceived, partDetail{from: prev, why: limit.Leave})
+		}
+	}
+}
+
+// handoffIdle reports whether no transfer is queued or running and no
+// partition awaits its state.
+func (n *Node) handoffIdle() bool {
+	n.jobsMu.Lock()
+	queued := len(n.jobs)
+	n.jobsMu.Unlock()
+	return queued == 0 && n.jobsRunning.Load() == 0 && n.ho.counts()["incoming"] == 0
+}
+
+// runPull takes the state of j.parts from j.peer (or, failing that, from
+// j.backup), merges it here and settles the partitions. A partition that
+// is no longer this node's by now (the ring moved on while the pull was
+// under way, or another node took it) is passed on to where it is.
+func (n *Node) runPull(ctx context.Context, j job) {
+	defer n.ho.settle(j.parts)
+	keys, err := n.pullFrom(ctx, j.peer, j.parts)
+	if err != nil && j.backup.Name != "" {
+		n.log.Warn("handoff: pull failed, trying the replica", "from", j.peer.Name, "replica", j.backup.Name, "partitions", len(j.parts), "err", err)
+		keys, err = n.pullFrom(ctx, j.backup, j.parts)
+	}
+	if err != nil {
+		n.m.handoffIncomplete.Inc()
+		n.log.Warn("handoff: pull failed; deciding from the state held here", "from", j.peer.Name, "partitions", len(j.parts), "err", err)
+	} else {
+		n.importKeys(keys, j.why)
+	}
+	n.passOn(ctx, j.parts, j.why)
+}
+
+// passOn pushes the partitions among parts that were incoming here but are
+// now another node's, by the ring or by a move, to that node.
+func (n *Node) passOn(ctx context.Context, parts []int, why limit.Transfer) {
+	jobs := map[string]*job{}
+	h := n.ho
+	h.mu.Lock()
+	v := n.view.Load()
+	for _, p := range parts {
+		var to ring.Member
+		switch h.kinds[p].Load() {
+		case partMoved:
+			to = h.parts[p].to
+		case partIncoming:
+			if o := v.snap.PartitionOwner(p); o != v.self {
+				to = v.snap.Member(o)
+			}
+		}
+		if to.Name == "" {
+			continue
+		}
+		j := addPart(jobs, to.Name, job{peer: to, why: why, pushed: make(chan struct{})}, p)
+		h.setLocked(p, partMoved, partDetail{to: to, pushed: j.pushed, why: why})
+	}
+	h.mu.Unlock()
+	for _, j := range jobs {
+		n.runPush(ctx, *j)
+	}
+}
+
+// pullFrom pulls parts from m. A node that restarted meanwhile has a new
+// address, and the client for the old one is closed by the rebuild that
+// saw it: the pull is tried once more at the address known now.
+func (n *Node) pullFrom(ctx context.Context, m ring.Member, parts []int) ([]limit.KeyState, error) {
+	keys, err := n.pullOnce(ctx, m, parts)
+	if err == nil || ctx.Err() != nil {
+		return keys, err
+	}
+	if errors.Is(err, transport.ErrTimeout) || errors.Is(err, errSuspended) {
+		return nil, err // it would time out again
+	}
+	if now := n.member(m.Name); now.Addr != "" {
+		m = now
+	}
+	return n.pullOnce(ctx, m, parts)
+}
+
+func (n *Node) pullOnce(ctx context.Context, m ring.Member, parts []int) ([]limit.KeyState, error) {
+	if !n.peers.allowed(m) {
+		return nil, errSuspended
+	}
+	sc, err := n.peers.state(m)
+	if err != nil {
+		return nil, err
+	}
+	if !n.isMember(m.Name) {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, pullTimeoutGone)
+		defer cancel()
+	}
+	var out []limit.KeyState
+	for len(parts) > 0 {
+		chunk := parts[:min(len(parts), maxPullPartitions)]
+		parts = parts[len(chunk):]
+		keys, err := sc.Pull(ctx, fingerprint(n.view.Load().snap.Members()), chunk)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, keys...)
+	}
+	return out, nil
+}
+
+// runPush hands j.parts to j.peer. The partitions are already marked moved,
+// so no new decision is made on them here; the batches deciding under the
+// old marks are waited for before the keys are exported.
+func (n *Node) runPush(ctx context.Context, j job) {
+	defer n.pushDone(j)
+	n.ho.drain()
+	keys := n.exportPartitions(j.parts)
+	var err error
+	for try := range transferRetries {
+		if err = n.pushTo(ctx, j.peer, j.why, j.parts, keys); err == nil || ctx.Err() != nil {
+			break
+		}
+		n.log.Debug("handoff: push failed, retrying", "to", j.peer.Name, "try", try+1, "err", err)
+	}
+	if err != nil {
+		n.m.handoffIncomplete.Inc()
+		n.log.Warn("handoff: push failed", "to", j.peer.Name, "partitions", len(j.parts), "keys", len(keys), "err", err)
+		return
+	}
+	n.log.Debug("handoff: pushed", "to", j.peer.Name, "partitions", len(j.parts), "keys", len(keys))
+}
+
+// pushDone closes j.pushed and ends the moved marks of j's partitions that
+// the ring gives to where they went: routing by ring is the same from now
+// on, and the receiver holds the state.
+func (n *Node) pushDone(j job) {
+	close(j.pushed)
+	v := n.view.Load()
+	h := n.ho
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, p := range j.parts {
+		if h.kinds[p].Load() == partMoved && h.parts[p].pushed == j.pushed && v.snap.Member(v.snap.PartitionOwner(p)).Name == j.peer.Name {
+			h.setLocked(p, partNormal, partDetail{})
+		}
+	}
+}
+
+// pushTo sends keys to m in calls of at most maxTransferKeys; parts go with
+// the last call, so the receiver learns a partition is complete only once
+// all of its keys are there.
+func (n *Node) pushTo(ctx context.Context, m ring.Member, why limit.Transfer, parts []int, keys []limit.KeyState) error {
+	sc, err := n.peers.state(m)
+	if err != nil {
+		return err
+	}
+	for {
+		k, size := 0, 0
+		for k < len(keys) && k < maxTransferKeys && (k == 0 || size+len(keys[k].Key)+len(keys[k].State) <= maxTransferBytes) {
+			size += len(keys[k].Key) + len(keys[k].State)
+			k++
+		}
+		chunk := keys[:k]
+		keys = keys[k:]
+		var ps []int
+		if len(keys) == 0 {
+			ps = parts
+		}
+		if err := sc.Push(ctx, why, ps, chunk); err != nil {
+			return err
+		}
+		n.m.transferSent[why].Add(float64(len(chunk)))
+		if len(keys) == 0 {
+			return nil
+		}
+	}
+}
+
+// exportPartitions returns the state of every key held in parts.
+func (n *Node) exportPartitions(parts []int) []limit.KeyState {
+	v := n.view.Load()
+	in := make([]bool, v.snap.Partitions())
+	for _, p := range parts {
+		in[p] = true
+	}
+	now := n.cfg.Now().UnixNano()
+	var out []limit.KeyState
+	for a, l := range n.limiters {
+		var keys []string
+		l.Range(func(key string) bool {
+			if in[v.snap.PartitionOf(uniqueKeyOf(key))] {
+				keys = append(keys, key)
+			}
+			return true
+		})
+		for _, key := range keys {
+			if st, ok := l.Export(key, now); ok {
+				out = append(out, limit.KeyState{Algorithm: limit.Algorithm(a), Key: key, State: st})
+			}
+		}
+	}
+	return out
+}
+
+// importKeys merges keys into the tables; keys that do not decode are
+// counted and skipped.
+func (n *Node) importKeys(keys []limit.KeyState, why limit.Transfer) {
+	now := n.cfg.Now().UnixNano()
+	bad := 0
+	var first error
+	for _, k := range keys {
+		if int(k.Algorithm) >= len(n.limiters) {
+			bad++
+			continue
+		}
+		if err := n.limiters[k.Algorithm].Import(k.Key, k.State, now); err != nil {
+			if first == nil {
+				first = err
+			}
+			bad++
+		}
+	}
+	n.m.transferReceived[why].Add(float64(len(keys) - bad))
+	if bad > 0 {
+		n.m.transferMalformed.Add(float64(bad))
+		n.log.Warn("state transfer: keys refused", "transfer", why.String(), "refused", bad, "of", len(keys), "err", first)
+	}
+}
+
+// Push merges key states sent by another node (transport.StateService).
+// For a handoff, partitions lists those the sender has handed over whole:
+// an incoming one is settled. One this node's ring does not give it is
+// marked received, and so decided here until the ring agrees, only when its
+// ring gives it to the sender: a node can hand over only what it owns.
+func (n *Node) Push(ctx context.Context, from string, why limit.Transfer, partitions []int, keys []limit.KeyState) error {
+	v := n.view.Load()
+	for _, p := range partitions {
+		if p < 0 || p >= v.snap.Partitions() {
+			return fmt.Errorf("peer: partition %d out of range", p)
+		}
+	}
+	n.importKeys(keys, why)
+	if len(partitions) == 0 {
+		return nil
+	}
+	h := n.ho
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	v = n.view.Load()
+	for _, p := range partitions {
+		owner := v.snap.Member(v.snap.PartitionOwner(p))
+		switch kind := h.kinds[p].Load(); {
+		case owner.Name == n.cfg.Name:
+			if kind != partNormal {
+				h.setLocked(p, partNormal, partDetail{})
+			}
+		case owner.Name == from && kind != partReceived:
+			h.setLocked(p, partReceived, partDetail{from: owner, why: why})
+		}
+	}
+	return nil
+}
+
+// Pull hands partitions over to the node from (transport.StateService):
+// those this node would still decide are marked moved to it first, then
+// the batches deciding under the old marks are waited for, then the keys
+// are exported.
+func (n *Node) Pull(ctx context.Context, from string, members uint64, partitions []int) ([]limit.KeyState, error) {
+	v := n.view.Load()
+	for _, p := range partitions {
+		if p < 0 || p >= v.snap.Partitions() {
+			return nil, fmt.Errorf("peer: partition %d out of range", p)
+		}
+	}
+	// What this node is itself still pulling, it hands over once it has it.
+	if chans := n.ho.waitFor(partitions); len(chans) > 0 {
+		t := time.NewTimer(pullWaitOwn)
+		defer t.Stop()
+	wait:
+		for _, ch := range chans {
+			select {
+			case <-ch:
+			case <-t.C:
+				break wait
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+	}
+	// Only a partition this node would decide needs a mark: one its ring
+	// gives it (its ring is behind the puller's) or that it received. And
+	// only when the puller's ring is not behind this node's: a mark made for
+	// a puller that has not yet seen the latest change would never be
+	// undone (no later rebuild here) and would send the partition's checks
+	// away from its owner. So the puller's member list must be the one this
+	// node's gossip knows, now or within memberWait (this node's ring is
+	// then the one behind, and its rebuild follows).
+	if n.membersAgree(ctx, members) {
+		to := n.member(from)
+		h := n.ho
+		h.mu.Lock()
+		v = n.view.Load()
+		for _, p := range partitions {
+			if to.Addr != "" && (v.snap.PartitionOwner(p) == v.self || h.kinds[p].Load() == partReceived) {
+				h.setLocked(p, partMoved, partDetail{to: to, pushed: closedChan, why: limit.Join})
+			}
+		}
+		h.mu.Unlock()
+	}
+	n.ho.drain()
+	keys := n.exportPartitions(partitions)
+	n.m.transferSent[limit.Join].Add(float64(len(keys)))
+	return keys, nil
+}
+
+// A pull waits at most pullWaitOwn for the partitions this node is itself
+// still pulling, and memberWait for this node's gossip to learn the member
+// list the puller has; both within the puller's stateTimeout.
+const (
+	pullWaitOwn = time.Second
+	memberWait  = 300 * time.Millisecond
+)
+
+// membersAgree reports whether this node's gossip membership has the
+// fingerprint members, waiting up to memberWait for it to catch up.
+func (n *Node) membersAgree(ctx context.Context, members uint64) bool {
+	current := func() []ring.Member {
+		if g := n.cfg.Gossip; g != nil {
+			return g.Members()
+		}
+		return n.view.Load().snap.Members()
+	}
+	if fingerprint(current()) == members {
+		return true
+	}
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	deadline := time.NewTimer(memberWait)
+	defer deadline.Stop()
+	for {
+		select {
+		case <-t.C:
+			if fingerprint(current()) == members {
+				return true
+			}
+		case <-deadline.C:
+			return false
+		case <-ctx.Done():
+			return false
+		}
+	}
+}
+
+// fingerprint identifies a member list by its names, in any order.
+func fingerprint(members []ring.Member) uint64 {
+	names := make([]string, len(members))
+	for i, m := range members {
+		names[i] = m.Name
+	}
+	slices.Sort(names)
+	h := fnv.New64a()
+	for _, name := range names {
+		h.Write([]byte(name))
+		h.Write([]byte{0})
+	}
+	return h.Sum64()
+}
+
+// member returns the member called name as this node knows it: from its
+// ring, else from gossip (a node that has just joined); Addr is empty when
+// it is unknown.
+func (n *Node) member(name string) ring.Member {
+	v := n.view.Load()
+	if i := v.snap.IndexOf(name); i >= 0 {
+		return v.snap.Member(i)
+	}
+	if g := n.cfg.Gossip; g != nil {
+		for _, m := range g.Members() {
+			if m.Name == name {
+				return m
+			}
+		}
+	}
+	return ring.Member{Name: name}
+}
+
+func (n *Node) isMember(name string) bool { return n.view.Load().snap.IndexOf(name) >= 0 }
+
+// uniqueKeyOf returns the unique_key part of a table key (see keyBuf).
+func uniqueKeyOf(tableKey string) string {
+	l, k := binary.Uvarint([]byte(tableKey[:min(len(tableKey), binary.MaxVarintLen64)]))
+	if k <= 0 || l > uint64(len(tableKey)-k) {
+		return tableKey
+	}
+	return tableKey[k+int(l):]
+}

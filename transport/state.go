@@ -1,0 +1,211 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/shardlimiter/shardlimiter/limit"
+	"github.com/shardlimiter/shardlimiter/transport/pb"
+)
+
+// StateService answers shardlimiter.v1.State: the moving of key states
+// between nodes (handoff and replication). The node implements it.
+// Methods are called concurrently.
+type StateService interface {
+	// Push merges keys into this node's tables. For a handoff, partitions
+	// lists the ring partitions from has handed over whole.
+	Push(ctx context.Context, from string, why limit.Transfer, partitions []int, keys []limit.KeyState) error
+	// Pull hands over everything this node holds in partitions to from,
+	// whose ring (of the member list with fingerprint members) gives it
+	// those partitions.
+	Pull(ctx context.Context, from string, members uint64, partitions []int) ([]limit.KeyState, error)
+}
+
+// MaxStateMessage bounds a State message, in bytes, both ways; senders
+// split larger transfers. It is also the gRPC receive limit of the server
+// and the clients for State calls.
+const MaxStateMessage = 16 << 20
+
+// StateTimeout is the least time a State call is given (PeerConfig.Timeout
+// when longer).
+const StateTimeout = 2 * time.Second
+
+// maxStatePartitions bounds the partitions named in one State call.
+const maxStatePartitions = 1 << 20
+
+// stateServer adapts a StateService to the generated service.
+type stateServer struct {
+	pb.UnimplementedStateServer
+	s StateService
+}
+
+func (s *stateServer) Push(ctx context.Context, in *pb.PushStateRequest) (*pb.PushStateResponse, error) {
+	if s.s == nil {
+		return nil, status.Error(codes.Unimplemented, errNoState.Error())
+	}
+	why := limit.Transfer(in.GetTransfer())
+	if why.String() == "unknown" {
+		return nil, status.Errorf(codes.InvalidArgument, "transport: unknown transfer %d", in.GetTransfer())
+	}
+	keys, err := keysFromProto(in.GetKeys())
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	parts, err := partitionsFromProto(in.GetPartitions())
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	if err := s.s.Push(ctx, in.GetFrom(), why, parts, keys); err != nil {
+		return nil, status.Error(Code(err), err.Error())
+	}
+	return &pb.PushStateResponse{}, nil
+}
+
+func (s *stateServer) Pull(ctx context.Context, in *pb.PullStateRequest) (*pb.PullStateResponse, error) {
+	if s.s == nil {
+		return nil, status.Error(codes.Unimplemented, errNoState.Error())
+	}
+	parts, err := partitionsFromProto(in.GetPartitions())
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	keys, err := s.s.Pull(ctx, in.GetFrom(), in.GetMembers(), parts)
+	if err != nil {
+		return nil, status.Error(Code(err), err.Error())
+	}
+	return &pb.PullStateResponse{Keys: keysToProto(keys)}, nil
+}
+
+func keysFromProto(in []*pb.KeyState) ([]limit.KeyState, error) {
+	out := make([]limit.KeyState, len(in))
+	for i, k := range in {
+		a := k.GetAlgorithm()
+		if a < pb.Algorithm_TOKEN_BUCKET || a > pb.Algorithm_SLIDING_LOG {
+			return nil, fmt.Errorf("transport: key state %d: unknown algorithm %d", i, int32(a))
+		}
+		out[i] = limit.KeyState{Algorithm: limit.Algorithm(a), Key: string(k.GetKey()), State: k.GetState()}
+	}
+	return out, nil
+}
+
+func keysToProto(in []limit.KeyState) []*pb.KeyState {
+	out := make([]*pb.KeyState, len(in))
+	msgs := make([]pb.KeyState, len(in))
+	for i, k := range in {
+		msgs[i] = pb.KeyState{Algorithm: pb.Algorithm(k.Algorithm), Key: []byte(k.Key), State: k.State}
+		out[i] = &msgs[i]
+	}
+	return out
+}
+
+func partitionsFromProto(in []uint32) ([]int, error) {
+	if len(in) > maxStatePartitions {
+		return nil, fmt.Errorf("transport: %d partitions in one call, max %d", len(in), maxStatePartitions)
+	}
+	out := make([]int, len(in))
+	for i, p := range in {
+		out[i] = int(p)
+	}
+	return out, nil
+}
+
+func partitionsToProto(in []int) []uint32 {
+	out := make([]uint32, len(in))
+	for i, p := range in {
+		out[i] = uint32(p)
+	}
+	return out
+}
+
+// StateClient calls one node's State service. It is safe for concurrent use.
+type StateClient struct {
+	addr    string
+	name    string // this node's name, sent as from
+	client  pb.StateClient
+	conn    *grpc.ClientConn
+	timeout func(context.Context) (context.Context, context.CancelFunc)
+}
+
+// NewStateClient prepares a client for the node at addr; self is this
+// node's name. It connects lazily. cfg's Timeout bounds each call and its
+// DialOptions apply (credentials).
+func NewStateClient(addr, self string, cfg PeerConfig) (*StateClient, error) {
+	conn, err := dialPeer(addr, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("transport: state client for %s: %w", addr, err)
+	}
+	// A transfer may wait on the other side (for its own transfers, for
+	// its gossip to catch up), so it gets at least StateTimeout.
+	t := max(cfg.Timeout, StateTimeout)
+	return &StateClient{
+		addr: addr, name: self, conn: conn, client: pb.NewStateClient(conn),
+		timeout: func(ctx context.Context) (context.Context, context.CancelFunc) { return context.WithTimeout(ctx, t) },
+	}, nil
+}
+
+// Push sends keys to the node (see StateService.Push).
+func (c *StateClient) Push(ctx context.Context, why limit.Transfer, partitions []int, keys []limit.KeyState) error {
+	ctx, cancel := c.timeout(ctx)
+	defer cancel()
+	_, err := c.client.Push(ctx, &pb.PushStateRequest{
+		From: c.name, Transfer: pb.Transfer(why), Keys: keysToProto(keys), Partitions: partitionsToProto(partitions),
+	}, grpc.MaxCallRecvMsgSize(MaxStateMessage), grpc.MaxCallSendMsgSize(MaxStateMessage))
+	return c.classify(err)
+}
+
+// Pull takes over partitions from the node (see StateService.Pull); members
+// fingerprints the member list of the ring that gives them to this node.
+func (c *StateClient) Pull(ctx context.Context, members uint64, partitions []int) ([]limit.KeyState, error) {
+	ctx, cancel := c.timeout(ctx)
+	defer cancel()
+	out, err := c.client.Pull(ctx, &pb.PullStateRequest{From: c.name, Partitions: partitionsToProto(partitions), Members: members},
+		grpc.MaxCallRecvMsgSize(MaxStateMessage), grpc.MaxCallSendMsgSize(MaxStateMessage))
+	if err != nil {
+		return nil, c.classify(err)
+	}
+	return keysFromProto(out.GetKeys())
+}
+
+func (c *StateClient) classify(err error) error {
+	if err == nil {
+		return nil
+	}
+	switch status.Code(err) {
+	case codes.Unavailable:
+		return fmt.Errorf("transport: state %s: %w: %w", c.addr, ErrUnavailable, err)
+	case codes.DeadlineExceeded:
+		return fmt.Errorf("transport: state %s: %w: %w", c.addr, ErrTimeout, err)
+	}
+	return fmt.Errorf("transport: state %s: %w", c.addr, err)
+}
+
+// Close closes the connection.
+func (c *StateClient) Close() error { return c.conn.Close() }
+
+// errNoState answers State calls on a server without a StateService.
+var errNoState = errors.New("transport: this node does not move state")
+
+// standinHeader marks a Peers call whose checks the receiver decides as the
+// stand-in of their unreachable owner (see PeerConfig.Standin).
+const standinHeader = "shardlimiter-standin"
+
+// IsStandin reports whether the Peers call of ctx asks the receiver to
+// decide its checks as the stand-in of their owner, which could not be
+// reached: the receiver holds their replicas.
+func IsStandin(ctx context.Context) bool {
+	md, ok := metadata.FromIncomingContext(ctx)
+	return ok && len(md.Get(standinHeader)) > 0
+}
+
+// WithStandin returns ctx marked as a stand-in call, as the receiver of a
+// stand-in forward sees it (for tests of the receiving side).
+func WithStandin(ctx context.Context) context.Context {
+	return metadata.NewIncomingContext(ctx, metadata.Pairs(standinHeader, "1"))
+}
