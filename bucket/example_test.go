@@ -78,7 +78,7 @@ func ExampleTokenBucket_Export() {
 
 	state, ok := leaving.Export("account:42", start)
 	fmt.Println("exported:", ok)
-	if err := joining.Import("account:42", state, start); err != nil {
+	if err := joining.Import("account:42", state, start, true); err != nil {
 		fmt.Println(err)
 	}
 	d := joining.Take("account:42", start, rule, 1)
@@ -86,7 +86,7 @@ func ExampleTokenBucket_Export() {
 
 	// A state older than what the key holds changes nothing.
 	joining.Take("account:42", start+int64(time.Second), rule, 2)
-	_ = joining.Import("account:42", state, start+int64(time.Second))
+	_ = joining.Import("account:42", state, start+int64(time.Second), true)
 	d = joining.Take("account:42", start+int64(time.Second), rule, 1)
 	fmt.Printf("after a stale import: allowed=%v retry_after=%v\n", d.Allowed, d.RetryAfter)
 	// Output:

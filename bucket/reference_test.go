@@ -147,7 +147,7 @@ func (b *refBucket) Export(key string, now int64) ([]byte, bool) {
 	return encodeImage(b.image(k)), true
 }
 
-func (b *refBucket) Import(key string, state []byte, now int64) error {
+func (b *refBucket) Import(key string, state []byte, now int64, mark bool) error {
 	in, err := decodeImage(state, b.leaky)
 	if err != nil {
 		return err
@@ -196,6 +196,9 @@ func (b *refBucket) Delete(key string) bool {
 	delete(b.changed, key)
 	return ok
 }
+
+// TrackChanges does nothing: the reference always tracks.
+func (b *refBucket) TrackChanges(bool) {}
 
 func (b *refBucket) Changed(max int, fn func(key string)) int {
 	b.mu.Lock()

@@ -198,7 +198,7 @@ func FuzzState(f *testing.F) {
 			if shaping {
 				l = NewLeakyBucket(table.Config{MaxKeys: 8})
 			}
-			if err := l.Import("k", state, now); err != nil {
+			if err := l.Import("k", state, now, true); err != nil {
 				t.Fatalf("Import(%x) = %v after it decoded", state, err)
 			}
 			if o, err := decodeImage(other, shaping); err == nil {
@@ -206,7 +206,7 @@ func FuzzState(f *testing.F) {
 				if back, err := decodeImage(encodeImage(m), shaping); err != nil || back != m {
 					t.Fatalf("mergeImages(%+v, %+v) = %+v, which does not decode: %v", s, o, m, err)
 				}
-				if err := l.Import("k", other, now); err != nil {
+				if err := l.Import("k", other, now, true); err != nil {
 					t.Fatalf("Import(%x) = %v after it decoded", other, err)
 				}
 			}

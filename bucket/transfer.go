@@ -60,7 +60,7 @@ func (k *keyTable) Export(key string, now int64) (state []byte, ok bool) {
 // tracks changes, the key is marked changed, so that a key moved here
 // reaches this node's replica; a merge that changes nothing marks nothing,
 // so two nodes exchanging a key settle. Safe for concurrent use.
-func (k *keyTable) Import(key string, state []byte, now int64) error {
+func (k *keyTable) Import(key string, state []byte, now int64, mark bool) error {
 	in, err := decodeImage(state, k.shaping)
 	if err != nil {
 		return err
@@ -73,7 +73,7 @@ func (k *keyTable) Import(key string, state []byte, now int64) error {
 		e := k.t.Get(key, now)
 		changed, ok := importLocked(e, in, now)
 		if ok {
-			if changed {
+			if changed && mark {
 				k.t.MarkChanged(key, e)
 			}
 			return nil
@@ -127,3 +127,6 @@ func (k *keyTable) Range(fn func(key string) bool) { k.t.Range(fn) }
 // keys. Safe for concurrent use with takes: a change made after a key was
 // handed out marks it again (table.DrainChanged).
 func (k *keyTable) Changed(max int, fn func(key string)) int { return k.t.DrainChanged(max, fn) }
+
+// TrackChanges turns change tracking on or off (table.SetTrackChanges).
+func (k *keyTable) TrackChanges(on bool) { k.t.SetTrackChanges(on) }

@@ -108,7 +108,7 @@ func checkMerge(t *testing.T, mc mergeCase, seed uint64) {
 		l := mc.fresh()
 		for _, i := range order {
 			if states[i] != nil {
-				if err := l.Import("k", states[i], now); err != nil {
+				if err := l.Import("k", states[i], now, true); err != nil {
 					t.Fatalf("seed %d: Import(%x) = %v", seed, states[i], err)
 				}
 			}
@@ -163,7 +163,7 @@ func TestMoveKeepsDecisions(t *testing.T) {
 				now := t0
 				playRandom(rng, src, "k", rules[rng.IntN(len(rules))], now-int64(sec), now, 1+rng.IntN(10))
 				if st, ok := src.Export("k", now); ok {
-					if err := dst.Import("k", st, now); err != nil {
+					if err := dst.Import("k", st, now, true); err != nil {
 						t.Fatalf("seed %d: Import(%x) = %v", seed, st, err)
 					}
 				}
@@ -226,7 +226,7 @@ func compareTransfers(t *testing.T, seed uint64, opt, ref limit.Limiter, rules [
 				t.Fatalf("seed %d op %d: Export(%q) = %x, %v; reference %x, %v", seed, i, from, o, ook, r, rok)
 			}
 			if ook {
-				if oe, re := opt.Import(to, o, now), ref.Import(to, r, now); oe != nil || re != nil {
+				if oe, re := opt.Import(to, o, now, true), ref.Import(to, r, now, true); oe != nil || re != nil {
 					t.Fatalf("seed %d op %d: Import = %v, reference %v", seed, i, oe, re)
 				}
 			}
@@ -283,11 +283,11 @@ func TestChangedMarksOnlyChanges(t *testing.T) {
 			{"a rule change by a peek", func() { l.Take("a", t0, limit.Rule{Limit: 4, Period: sec}, 0) }, []string{"a"}},
 			{"an import that changes nothing", func() {
 				st, _ := l.Export("a", t0)
-				_ = l.Import("a", st, t0)
+				_ = l.Import("a", st, t0, true)
 			}, nil},
 			{"an import into an absent key", func() {
 				st, _ := l.Export("a", t0)
-				_ = l.Import("c", st, t0)
+				_ = l.Import("c", st, t0, true)
 			}, []string{"c"}},
 			{"a take, then a delete", func() { l.Take("d", t0, r, 1); l.Delete("d") }, nil},
 		}
@@ -309,10 +309,10 @@ func TestImportRejectsMalformedAndChangesNothing(t *testing.T) {
 	leaky.Take("a", t0, limit.Rule{Algorithm: limit.LeakyBucket, Limit: 10, Period: sec, Burst: 5}, 3)
 	wrongAlgorithm, _ := leaky.Export("a", t0)
 	for _, st := range [][]byte{nil, {1}, {1, 0, 10, 10}, wrongAlgorithm} {
-		if err := tb.Import("a", st, t0); err == nil {
+		if err := tb.Import("a", st, t0, true); err == nil {
 			t.Errorf("Import(%x) = nil, want an error", st)
 		}
-		if err := tb.Import("new", st, t0); err == nil || tb.Len() != 1 {
+		if err := tb.Import("new", st, t0, true); err == nil || tb.Len() != 1 {
 			t.Errorf("Import(%q, %x) = %v, Len %d; want an error, 1", "new", st, err, tb.Len())
 		}
 	}
@@ -329,7 +329,7 @@ func TestImportRespectsKeyCap(t *testing.T) {
 		k := fmt.Sprint("k", i)
 		src.Take(k, t0, r, 1)
 		st, _ := src.Export(k, t0)
-		if err := dst.Import(k, st, t0+int64(i)); err != nil {
+		if err := dst.Import(k, st, t0+int64(i), true); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -397,7 +397,7 @@ func TestImportRacesTakes(t *testing.T) {
 					now := clock.Load()
 					tc.src.Take("k", now, tc.o, 1)
 					if st, ok := tc.src.Export("k", now); ok && i%3 == 0 {
-						if err := tc.l.Import("k", st, now); err != nil {
+						if err := tc.l.Import("k", st, now, true); err != nil {
 							t.Error(err)
 						}
 					}

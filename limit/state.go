@@ -53,9 +53,11 @@ type StateMover interface {
 	// consumed more, so that the key never admits more than either would
 	// have. Bytes that do not decode, or belong to another algorithm, are
 	// an error and change nothing. Concurrent takes on the key stay exact:
-	// the merge uses the key's own locking protocol. When the merge changed
-	// the key, it is marked changed (see Changed).
-	Import(key string, state []byte, now int64) error
+	// the merge uses the key's own locking protocol. With mark, a merge that
+	// changed the key marks it changed (see Changed): a key moved here then
+	// reaches this node's replica. A replica is imported without: it needs
+	// no replica of its own, and marking it would send it back.
+	Import(key string, state []byte, now int64, mark bool) error
 	// Range calls fn with every key held until fn returns false. fn runs
 	// with no lock of the table held and may call any method; keys added
 	// or removed meanwhile may or may not be visited.
@@ -70,4 +72,7 @@ type StateMover interface {
 	// Only a table made with table.Config.TrackChanges marks keys; others
 	// hand out none. fn runs with no lock of the table held.
 	Changed(max int, fn func(key string)) int
+	// TrackChanges turns the marking of changed keys on or off (see
+	// table.Table.SetTrackChanges); a node turns it off while alone.
+	TrackChanges(on bool)
 }

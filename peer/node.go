@@ -328,6 +328,11 @@ func (n *Node) rebuild(members []ring.Member) error {
 	if snap.Len() > 1 {
 		n.clustered = true
 	}
+	// Changes are tracked only while there is someone to replicate to.
+	track := n.cfg.ReplicationInterval > 0 && snap.Len() > 1
+	for _, l := range n.limiters {
+		l.TrackChanges(track)
+	}
 	n.peers.retain(snap.Members())
 	n.m.ringMembers.Set(float64(len(kept)))
 	n.m.ringRebuilds.Inc()

@@ -423,7 +423,7 @@ func (n *Node) importKeys(keys []limit.KeyState, why limit.Transfer) {
 			bad++
 			continue
 		}
-		if err := n.limiters[k.Algorithm].Import(k.Key, k.State, now); err != nil {
+		if err := n.limiters[k.Algorithm].Import(k.Key, k.State, now, why != limit.Replica); err != nil {
 			if first == nil {
 				first = err
 			}

@@ -48,7 +48,7 @@ type change[S any] struct {
 // tracks changes. Safe for concurrent use; call it after the change is
 // written.
 func (t *Table[S]) MarkChanged(key string, e *Entry[S]) {
-	if t.track && e.used.Load()&markBit == 0 {
+	if t.track.Load() && e.used.Load()&markBit == 0 {
 		t.mark(key, e)
 	}
 }
@@ -91,7 +91,7 @@ func (sh *shard[S]) compactChangesLocked() {
 // held and may use the table. Safe for concurrent use; with tracking off it
 // returns 0.
 func (t *Table[S]) DrainChanged(max int, fn func(key string)) int {
-	if !t.track {
+	if !t.track.Load() {
 		return 0
 	}
 	n := 0
@@ -132,6 +132,29 @@ func (e *Entry[S]) clearMark() {
 	for u := e.used.Load(); u&markBit != 0; u = e.used.Load() {
 		if e.used.CompareAndSwap(u, u&^markBit) {
 			return
+		}
+	}
+}
+
+// SetTrackChanges turns change tracking on or off (Config.TrackChanges
+// sets it at first). Turning it off drops the keys queued so far, clearing
+// their marks, so that a key changed after it is turned on again is queued
+// again; changes made while it was off are not handed out. A node turns it
+// off while it is alone: there is nobody to replicate to, and a mark costs
+// a take a little.
+func (t *Table[S]) SetTrackChanges(on bool) {
+	if t.track.Swap(on) == on || on {
+		return
+	}
+	for i := range t.shards {
+		sh := &t.shards[i]
+		sh.chMu.Lock()
+		queued := sh.changes
+		sh.changes = nil
+		sh.chMu.Unlock()
+		for _, c := range queued {
+			for u := c.e.used.Load(); u&markBit != 0 && !c.e.used.CompareAndSwap(u, u&^markBit); u = c.e.used.Load() {
+			}
 		}
 	}
 }

@@ -226,3 +226,27 @@ func TestDeleteAndPeek(t *testing.T) {
 		t.Fatalf("Len = %d after Delete, want 0", tb.Len())
 	}
 }
+
+// TestSetTrackChangesOffDropsTheQueue: turning tracking off drops what was
+// queued and clears the marks, so a key changed once it is on again is
+// handed out again; changes made while it was off are not.
+func TestSetTrackChangesOffDropsTheQueue(t *testing.T) {
+	t.Parallel()
+	tb := New(Config{MaxKeys: 100, TrackChanges: true}, retireZero)
+	changeKey(tb, "a", 1)
+	changeKey(tb, "b", 1)
+	tb.SetTrackChanges(false)
+	changeKey(tb, "c", 2) // off: not tracked
+	if got, n := drained(tb, 100); len(got) != 0 || n != 0 {
+		t.Fatalf("drain while off = %q (%d), want nothing", got, n)
+	}
+	tb.SetTrackChanges(true)
+	if got, n := drained(tb, 100); len(got) != 0 || n != 0 {
+		t.Fatalf("drain after turning on = %q (%d), want nothing: the old queue was dropped", got, n)
+	}
+	changeKey(tb, "a", 3)
+	changeKey(tb, "c", 3)
+	if got, n := drained(tb, 100); !slices.Equal(got, []string{"a", "c"}) || n != 2 {
+		t.Fatalf("drain after changes = %q (%d), want [a c] (2): the marks were cleared", got, n)
+	}
+}

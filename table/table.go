@@ -159,7 +159,7 @@ type Table[S any] struct {
 	seed     maphash.Seed
 	shardCap int
 	retire   RetireFunc[S]
-	track    bool // Config.TrackChanges
+	track    atomic.Bool // Config.TrackChanges, then SetTrackChanges
 	// changeCap is the length at which a shard's change list is cleared
 	// of retired entries before it grows (changes.go).
 	changeCap int
@@ -194,8 +194,8 @@ func New[S any](cfg Config, retire RetireFunc[S]) *Table[S] {
 		seed:     maphash.MakeSeed(),
 		shardCap: (maxKeys + n - 1) / n,
 		retire:   retire,
-		track:    cfg.TrackChanges,
 	}
+	t.track.Store(cfg.TrackChanges)
 	t.changeCap = max(2*t.shardCap, 64)
 	for i := range t.shards {
 		t.shards[i].m = make(map[string]*Entry[S])

@@ -155,7 +155,7 @@ func FuzzLogState(f *testing.F) {
 		newest := im.runs[len(im.runs)-1].t
 		now := clampTime(clampAdd(newest, offset%int64(2*time.Second)))
 		l := NewLog(fuzzCfg)
-		if err := l.Import("k", state, now); err != nil {
+		if err := l.Import("k", state, now, true); err != nil {
 			t.Fatalf("Import(%x) = %v after it decoded", state, err)
 		}
 		if o, err := decodeLog(other); err == nil {
@@ -164,7 +164,7 @@ func FuzzLogState(f *testing.F) {
 					t.Fatalf("mergeLogs(%+v, %+v) = %+v, which does not decode: %v", im, o, m, err)
 				}
 			}
-			if err := l.Import("k", other, now); err != nil {
+			if err := l.Import("k", other, now, true); err != nil {
 				t.Fatalf("Import(%x) = %v after it decoded", other, err)
 			}
 		}

@@ -45,7 +45,7 @@ func (t *refWindows) Export(key string, now int64) ([]byte, bool) {
 	return encodeCell(t.codec().kind, s.cellOf()), true
 }
 
-func (t *refWindows) Import(key string, state []byte, now int64) error {
+func (t *refWindows) Import(key string, state []byte, now int64, mark bool) error {
 	k := t.codec()
 	in, err := decodeCell(state, k.kind)
 	if err != nil {
@@ -88,6 +88,9 @@ func (t *refWindows) Delete(key string) bool {
 	delete(t.changed, key)
 	return ok
 }
+
+// TrackChanges does nothing: the reference always tracks.
+func (t *refWindows) TrackChanges(bool) {}
 
 func (t *refWindows) Changed(max int, fn func(key string)) int {
 	t.mu.Lock()
@@ -136,7 +139,7 @@ func (t *refLog) Export(key string, now int64) ([]byte, bool) {
 	return encodeLog(s.image()), true
 }
 
-func (t *refLog) Import(key string, state []byte, now int64) error {
+func (t *refLog) Import(key string, state []byte, now int64, mark bool) error {
 	in, err := decodeLog(state)
 	if err != nil {
 		return err
@@ -178,6 +181,9 @@ func (t *refLog) Delete(key string) bool {
 	delete(t.changed, key)
 	return ok
 }
+
+// TrackChanges does nothing: the reference always tracks.
+func (t *refLog) TrackChanges(bool) {}
 
 func (t *refLog) Changed(max int, fn func(key string)) int {
 	t.mu.Lock()

@@ -149,7 +149,7 @@ func FuzzCellState(f *testing.F) {
 				t.Fatalf("decodeCell(%x) = %+v, which encodes as %x", state, c, got)
 			}
 			now := clampTime(clampAdd(t0, offset))
-			if err := tc.l.Import("k", state, now); err != nil {
+			if err := tc.l.Import("k", state, now, true); err != nil {
 				t.Fatalf("Import(%x) = %v after it decoded", state, err)
 			}
 			if o, err := decodeCell(other, tc.kind); err == nil {
@@ -158,7 +158,7 @@ func FuzzCellState(f *testing.F) {
 						t.Fatalf("merge(%+v, %+v) = %+v, which does not decode: %v", c, o, m, err)
 					}
 				}
-				if err := tc.l.Import("k", other, now); err != nil {
+				if err := tc.l.Import("k", other, now, true); err != nil {
 					t.Fatalf("Import(%x) = %v after it decoded", other, err)
 				}
 			}

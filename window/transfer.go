@@ -39,7 +39,7 @@ func (k *codec) exportCell(t *table.Table[*cell], key string, now int64) ([]byte
 }
 
 // importCell merges an encoded cell into key (see Limiter.Import).
-func (k *codec) importCell(t *table.Table[*cell], key string, state []byte, now int64) error {
+func (k *codec) importCell(t *table.Table[*cell], key string, state []byte, now int64, mark bool) error {
 	in, err := decodeCell(state, k.kind)
 	if err != nil {
 		return err
@@ -52,7 +52,7 @@ func (k *codec) importCell(t *table.Table[*cell], key string, state []byte, now 
 		e := t.Get(key, now)
 		changed, ok := k.mergeLocked(e, in, now)
 		if ok {
-			if changed {
+			if changed && mark {
 				t.MarkChanged(key, e)
 			}
 			return nil
@@ -88,8 +88,8 @@ func (f *Fixed) Export(key string, now int64) (state []byte, ok bool) {
 // Import merges an exported FIXED_WINDOW state into key at now, keeping
 // whichever state has consumed more (state.go); see limit.StateMover.
 // Safe for concurrent use.
-func (f *Fixed) Import(key string, state []byte, now int64) error {
-	return fixedCodec.importCell(f.t, key, state, now)
+func (f *Fixed) Import(key string, state []byte, now int64, mark bool) error {
+	return fixedCodec.importCell(f.t, key, state, now, mark)
 }
 
 // Export returns key's encoded state at now (Unix ns), ok false when the
@@ -102,8 +102,8 @@ func (s *Sliding) Export(key string, now int64) (state []byte, ok bool) {
 // Import merges an exported SLIDING_WINDOW state into key at now, keeping
 // whichever state has consumed more (state.go); see limit.StateMover.
 // Safe for concurrent use.
-func (s *Sliding) Import(key string, state []byte, now int64) error {
-	return slidingCodec.importCell(s.t, key, state, now)
+func (s *Sliding) Import(key string, state []byte, now int64, mark bool) error {
+	return slidingCodec.importCell(s.t, key, state, now, mark)
 }
 
 // Delete removes key and reports whether it was held. A take that raced
@@ -119,6 +119,9 @@ func (h hybridTable) Range(fn func(key string) bool) { h.t.Range(fn) }
 // returns how many; see limit.StateMover. Only a table made with
 // table.Config.TrackChanges marks keys. Safe for concurrent use.
 func (h hybridTable) Changed(max int, fn func(key string)) int { return h.t.DrainChanged(max, fn) }
+
+// TrackChanges turns change tracking on or off (table.SetTrackChanges).
+func (h hybridTable) TrackChanges(on bool) { h.t.SetTrackChanges(on) }
 
 // Export returns key's encoded log at now (Unix ns), ok false when the key
 // is absent or equivalent to a fresh key. It holds the key's mutex while
@@ -145,7 +148,7 @@ func (l *Log) Export(key string, now int64) (state []byte, ok bool) {
 // Import merges an exported SLIDING_LOG state into key at now, keeping
 // what both logs have counted (logstate.go); see limit.StateMover. Safe
 // for concurrent use.
-func (l *Log) Import(key string, state []byte, now int64) error {
+func (l *Log) Import(key string, state []byte, now int64, mark bool) error {
 	in, err := decodeLog(state)
 	if err != nil {
 		return err
@@ -168,7 +171,7 @@ func (l *Log) Import(key string, state []byte, now int64) error {
 			setLog(&e.State, m)
 		}
 		e.Mu.Unlock()
-		if changed {
+		if changed && mark {
 			l.t.MarkChanged(key, e)
 		}
 		return nil
@@ -188,6 +191,9 @@ func (l *Log) Range(fn func(key string) bool) { l.t.Range(fn) }
 // returns how many; see limit.StateMover. Only a table made with
 // table.Config.TrackChanges marks keys. Safe for concurrent use.
 func (l *Log) Changed(max int, fn func(key string)) int { return l.t.DrainChanged(max, fn) }
+
+// TrackChanges turns change tracking on or off (table.SetTrackChanges).
+func (l *Log) TrackChanges(on bool) { l.t.SetTrackChanges(on) }
 
 var (
 	_ limit.StateMover = (*Fixed)(nil)

@@ -80,7 +80,7 @@ func checkMerge(t *testing.T, alg limit.Algorithm, seed uint64) {
 		l := newTable(alg, testCfg)
 		for _, i := range order {
 			if states[i] != nil {
-				if err := l.Import("k", states[i], now); err != nil {
+				if err := l.Import("k", states[i], now, true); err != nil {
 					t.Fatalf("seed %d: Import(%x) = %v", seed, states[i], err)
 				}
 			}
@@ -128,7 +128,7 @@ func TestMoveKeepsDecisions(t *testing.T) {
 				now := t0 + rng.Int64N(p)
 				playRandom(rng, src, "k", rules[rng.IntN(len(rules))], now-2*p, now, 1+rng.IntN(10))
 				if st, ok := src.Export("k", now); ok {
-					if err := dst.Import("k", st, now); err != nil {
+					if err := dst.Import("k", st, now, true); err != nil {
 						t.Fatalf("seed %d: Import(%x) = %v", seed, st, err)
 					}
 				}
@@ -190,7 +190,7 @@ func compareMove(t *testing.T, seed uint64, i int, rng *rand.Rand, opt, ref limi
 			t.Fatalf("seed %d op %d: Export(%q, %d) = %x, %v; reference %x, %v", seed, i, from, now, o, ook, r, rok)
 		}
 		if ook {
-			if oe, re := opt.Import(to, o, now), ref.Import(to, r, now); oe != nil || re != nil {
+			if oe, re := opt.Import(to, o, now, true), ref.Import(to, r, now, true); oe != nil || re != nil {
 				t.Fatalf("seed %d op %d: Import = %v, reference %v", seed, i, oe, re)
 			}
 		}
@@ -242,11 +242,11 @@ func TestChangedMarksOnlyChanges(t *testing.T) {
 				{"a counted rejection", func() { l.Take("a", now, counted, 2) }, []string{"a"}},
 				{"an import that changes nothing", func() {
 					st, _ := l.Export("a", now)
-					_ = l.Import("a", st, now)
+					_ = l.Import("a", st, now, true)
 				}, nil},
 				{"an import into an absent key", func() {
 					st, _ := l.Export("a", now)
-					_ = l.Import("c", st, now)
+					_ = l.Import("c", st, now, true)
 				}, []string{"c"}},
 				{"a take, then a delete", func() { l.Take("d", now, r, 1); l.Delete("d") }, nil},
 			} {
@@ -274,10 +274,10 @@ func TestImportRejectsMalformedAndChangesNothing(t *testing.T) {
 		otherAlg.Take("a", now, limit.Rule{Algorithm: limit.SlidingWindow, Limit: 10, Period: time.Second}, 9)
 		wrong, _ := otherAlg.Export("a", now)
 		for _, st := range [][]byte{nil, {1}, {1, byte(alg), 29}, wrong} {
-			if err := l.Import("a", st, now); err == nil {
+			if err := l.Import("a", st, now, true); err == nil {
 				t.Errorf("%v: Import(%x) = nil, want an error", alg, st)
 			}
-			if err := l.Import("new", st, now); err == nil || l.Len() != 1 {
+			if err := l.Import("new", st, now, true); err == nil || l.Len() != 1 {
 				t.Errorf("%v: Import(%q, %x) = %v, Len %d; want an error, 1", alg, "new", st, err, l.Len())
 			}
 		}
@@ -349,7 +349,7 @@ func TestImportRacesTakes(t *testing.T) {
 				wg.Go(func() {
 					src.Take("k", now, big, 1+int64(tick%7))
 					if st, ok := src.Export("k", now); ok && tick%2 == 0 {
-						if err := l.Import("k", st, now); err != nil {
+						if err := l.Import("k", st, now, true); err != nil {
 							t.Error(err)
 						}
 					}
