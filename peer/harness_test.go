@@ -65,6 +65,7 @@ func newTestCluster(t *testing.T, n int, cfg Config) *testCluster {
 		c.add()
 	}
 	t.Cleanup(c.stopAll)
+	c.waitSettled()
 	return c
 }
 

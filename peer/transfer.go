@@ -32,7 +32,7 @@ const (
 // taken), a crashed one never does, and its replica is the next place to
 // look. It must cover the waits of Pull (pullWaitOwn, memberWait) in the
 // common case.
-const pullTimeoutGone = time.Second
+const pullTimeoutGone = 500 * time.Millisecond
 
 // transferRetries is how often a failed push is tried again before the
 // transfer is given up (and counted).
