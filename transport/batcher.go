@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/shardlimiter/shardlimiter/limit"
+	"github.com/shardlimiter/shardlimiter/transport/internal/wire"
 	"github.com/shardlimiter/shardlimiter/transport/pb"
 )
 
@@ -43,9 +44,9 @@ import (
 
 // call is one Forward: its checks in wire form and their answers.
 type call struct {
-	// wire holds the checks encoded as request items; check i is
-	// wire[offs[i]:offs[i+1]], so any run of checks is a slice of it.
-	wire    []byte
+	// encoded holds the checks as request items (wire.AppendChecks); check
+	// i is encoded[offs[i]:offs[i+1]], so any run of checks is a slice of it.
+	encoded []byte
 	offs    []int
 	results []limit.Result
 	// left counts checks not yet answered; whoever takes it to zero closes done.
@@ -66,15 +67,15 @@ func newCall(checks []limit.Check) (*call, error) {
 		done:    make(chan struct{}),
 	}
 	var err error
-	if cl.wire, err = appendChecks(make([]byte, 0, sizeChecks(checks)), checks, cl.offs); err != nil {
+	if cl.encoded, err = wire.AppendChecks(make([]byte, 0, wire.SizeChecks(checks)), checks, cl.offs); err != nil {
 		return nil, err
 	}
 	cl.left.Store(int64(n))
 	return cl, nil
 }
 
-// wireOf returns the encoded checks [lo, hi).
-func (cl *call) wireOf(lo, hi int) []byte { return cl.wire[cl.offs[lo]:cl.offs[hi]] }
+// encodedRun returns the encoded checks [lo, hi).
+func (cl *call) encodedRun(lo, hi int) []byte { return cl.encoded[cl.offs[lo]:cl.offs[hi]] }
 
 // answered records that n more checks of cl have their result.
 func (cl *call) answered(n int) {
@@ -212,7 +213,7 @@ func (c *PeerClient) abandon(cl *call) {
 // RPC ends at Timeout, when parent ends, or when Close is called.
 func (c *PeerClient) send(parent context.Context, b *batch) {
 	for _, s := range b.segs {
-		b.req.parts = append(b.req.parts, s.call.wireOf(s.lo, s.hi))
+		b.req.parts = append(b.req.parts, s.call.encodedRun(s.lo, s.hi))
 	}
 	b.reply.forward, b.reply.max = true, b.n
 	ctx, cancel := context.WithTimeout(parent, c.timeout)
@@ -225,7 +226,7 @@ func (c *PeerClient) send(parent context.Context, b *batch) {
 	}
 	start := time.Now()
 	err := c.conn.Invoke(ctx, pb.Peers_ForwardRateLimits_FullMethodName, &b.req, &b.reply,
-		grpc.ForceCodecV2(theClientCodec))
+		grpc.ForceCodecV2(theCodec))
 	elapsed := time.Since(start)
 	stop()
 	cancel()

@@ -55,6 +55,13 @@ func (e *batchError) Error() string {
 	return "transport: batch of " + strconv.Itoa(e.n) + " items exceeds the limit of " + strconv.Itoa(e.max)
 }
 
+// malformedError is a request that is not valid proto: the whole call is
+// answered InvalidArgument.
+type malformedError struct{ err error }
+
+func (e *malformedError) Error() string { return e.err.Error() }
+func (e *malformedError) Unwrap() error { return e.err }
+
 // Code returns the gRPC status code a server answers a failed call with:
 //
 //	nil                                      OK

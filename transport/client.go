@@ -38,11 +38,11 @@ func Dial(addr string, opts ...grpc.DialOption) (*Client, error) {
 // ErrTimeout tell the common kinds apart; status.Code(err) gives the gRPC
 // code of any other.
 func (c *Client) GetRateLimits(ctx context.Context, checks []limit.Check) ([]limit.Result, error) {
-	// The request and the reply are wire-form types of ours that the
-	// client codec encodes and decodes by hand: no pb message per item.
+	// The request and the reply are types of ours that the codec encodes
+	// and decodes through package wire: no pb message per item.
 	reply := resultsReply{max: len(checks), results: make([]limit.Result, 0, len(checks))}
 	err := c.conn.Invoke(ctx, pb.RateLimiter_GetRateLimits_FullMethodName, &checksRequest{checks: checks}, &reply,
-		grpc.ForceCodecV2(theClientCodec))
+		grpc.ForceCodecV2(theCodec))
 	if err != nil {
 		return nil, c.classify(err)
 	}

@@ -6,99 +6,62 @@ import (
 	"google.golang.org/grpc/encoding"
 	_ "google.golang.org/grpc/encoding/proto" // registers the standard codec we delegate to
 	"google.golang.org/grpc/mem"
-
-	"github.com/shardlimiter/shardlimiter/transport/pb"
 )
 
-// The gRPC codecs of this package. The wire format is the standard proto
-// one (the content-subtype stays "proto"); only the Go side changes: the
-// hot messages are encoded and decoded by hand (wire*.go) and everything
-// else — health, reflection, any message we do not know — goes to the
-// standard proto codec unchanged.
+// codec is the gRPC codec of the server (grpc.ForceServerCodecV2) and of our
+// clients (grpc.ForceCodecV2 on each call). The wire format is the standard
+// proto one and the content-subtype stays "proto", so that peers, grpcurl
+// and generated clients see no difference; only the Go side changes: the
+// messages of messages.go are encoded and decoded by package wire, and
+// everything else (health, reflection, State, any message we do not know)
+// goes to grpc's standard proto codec unchanged. It holds no state and is
+// safe for concurrent use.
+type codec struct {
+	std encoding.CodecV2
+}
 
-// codecName is the name the codecs report: the content-subtype of the
-// standard codec, so that peers see no difference.
+// codecName is the content-subtype of the standard codec.
 const codecName = "proto"
 
-// stdCodec is grpc's registered proto codec.
-func stdCodec() encoding.CodecV2 {
-	c := encoding.GetCodecV2(codecName)
-	if c == nil {
+// theCodec is shared by the servers and the clients.
+var theCodec = newCodec()
+
+func newCodec() *codec {
+	std := encoding.GetCodecV2(codecName)
+	if std == nil {
 		panic("transport: grpc's proto codec is not registered") // imported above
 	}
-	return c
+	return &codec{std: std}
 }
 
-// serverCodec is installed on the GRPCServer with grpc.ForceServerCodecV2.
-// Requests of the two services arrive as *checkBatch (see services.go).
-// It is safe for concurrent use: every call gets its own encoder.
-type serverCodec struct {
-	std encoding.CodecV2
-}
+func (c *codec) Name() string { return codecName }
 
-func newServerCodec() *serverCodec { return &serverCodec{std: stdCodec()} }
-
-func (c *serverCodec) Name() string { return codecName }
-
-func (c *serverCodec) Marshal(v any) (mem.BufferSlice, error) {
-	var e responseEncoder
+func (c *codec) Marshal(v any) (mem.BufferSlice, error) {
 	switch m := v.(type) {
-	case *pb.GetRateLimitsResponse:
-		return marshalSized(e.sizeGet(m), func(b []byte) ([]byte, error) { return e.appendGet(b, m) })
-	case *pb.ForwardRateLimitsResponse:
-		return marshalSized(e.sizeForward(m), func(b []byte) ([]byte, error) { return e.appendForward(b, m) })
-	}
-	return c.std.Marshal(v)
-}
-
-func (c *serverCodec) Unmarshal(data mem.BufferSlice, v any) error {
-	in, ok := v.(*checkBatch)
-	if !ok {
-		return c.std.Unmarshal(data, v)
-	}
-	buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
-	defer buf.Free()
-	in.decode(buf.ReadOnlyData()) // copies the strings it keeps: buf is freed
-	return nil
-}
-
-// clientCodec is passed by Client and PeerClient on each call with
-// grpc.ForceCodecV2: requests go out as encoded by request.go, answers are
-// decoded into a resultsReply (reply.go).
-type clientCodec struct {
-	std encoding.CodecV2
-}
-
-// theClientCodec is shared by every client; it holds no state.
-var theClientCodec = &clientCodec{std: stdCodec()}
-
-func (c *clientCodec) Name() string { return codecName }
-
-func (c *clientCodec) Marshal(v any) (mem.BufferSlice, error) {
-	switch m := v.(type) {
-	case *checksRequest:
-		return marshalSized(sizeChecks(m.checks), func(b []byte) ([]byte, error) { return appendChecks(b, m.checks, nil) })
+	case wireMessage:
+		return marshalSized(m)
 	case *encodedRequest:
 		return m.buffers(), nil
 	}
 	return c.std.Marshal(v)
 }
 
-func (c *clientCodec) Unmarshal(data mem.BufferSlice, v any) error {
-	r, ok := v.(*resultsReply)
+func (c *codec) Unmarshal(data mem.BufferSlice, v any) error {
+	m, ok := v.(wireReply)
 	if !ok {
 		return c.std.Unmarshal(data, v)
 	}
 	buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
 	defer buf.Free()
-	return r.decode(buf.ReadOnlyData()) // copies what it keeps: buf is freed
+	return m.decode(buf.ReadOnlyData()) // copies what it keeps: buf is freed
 }
 
-// marshalSized allocates size bytes, pooled when large enough to be worth
-// it (as the standard codec does), and lets fill append the message.
-func marshalSized(size int, fill func([]byte) ([]byte, error)) (mem.BufferSlice, error) {
+// marshalSized encodes m into a buffer of its exact size, pooled when large
+// enough to be worth it (as the standard codec does).
+func marshalSized(m wireMessage) (mem.BufferSlice, error) {
+	size := m.size()
 	if mem.IsBelowBufferPoolingThreshold(size) {
-		b, err := fill(make([]byte, 0, size))
+		b, err := m.appendTo(make([]byte, 0, size))
 		if err != nil {
 			return nil, err
 		}
@@ -106,7 +69,7 @@ func marshalSized(size int, fill func([]byte) ([]byte, error)) (mem.BufferSlice,
 	}
 	pool := mem.DefaultBufferPool()
 	buf := pool.Get(size)
-	b, err := fill((*buf)[:0])
+	b, err := m.appendTo((*buf)[:0])
 	if err == nil && len(b) != size {
 		err = fmt.Errorf("transport: encoded %d bytes, sized %d", len(b), size)
 	}

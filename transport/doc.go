@@ -9,6 +9,14 @@
 // types stop here; everything outside speaks the limit vocabulary. Status
 // codes, gRPC and HTTP alike, are decided in this package alone (see [Code]).
 //
+// One codec, package transport/internal/wire, encodes and decodes batches of
+// checks and of results straight from and into the limit types, for the
+// servers and the clients alike (see codec.go and messages.go). The
+// generated protobuf types serve only the HTTP/JSON API (protojson, through
+// the same conversions, see json.go), server reflection and the State
+// service. Reading order: grpc.go → services.go → decide.go → messages.go
+// → wire.
+//
 // Two services share one gRPC port: RateLimiter for clients and Peers for
 // nodes. Peers is answered by a second Checker, the node's local-only path,
 // so a check is forwarded at most once. [PeerClient] is the other end of

@@ -63,10 +63,10 @@ func NewGRPCServer(cfg GRPCConfig) *GRPCServer {
 		health:      health.NewServer(),
 		stopWatches: stopWatches,
 	}
-	s.srv.RegisterService(rateLimiterDesc, &rateLimiterServer{h: newBatchHandler(cfg.Checker, cfg)})
+	s.srv.RegisterService(rateLimiterDesc, &rateLimiterServer{h: newBatchHandler(cfg.Checker, cfg.MaxBatch, cfg.Metrics)})
 	peers := &peersServer{}
 	if cfg.Local != nil {
-		peers.h = newBatchHandler(cfg.Local, cfg)
+		peers.h = newBatchHandler(cfg.Local, cfg.MaxBatch, cfg.Metrics)
 	}
 	s.srv.RegisterService(peersDesc, peers)
 	pb.RegisterStateServer(s.srv, &stateServer{s: cfg.State})
@@ -77,16 +77,10 @@ func NewGRPCServer(cfg GRPCConfig) *GRPCServer {
 }
 
 // serverOptions are cfg's options followed by the codec, which must win:
-// the services hand it messages it encodes by hand (see codec.go).
+// the services hand it messages of ours (see codec.go).
 func serverOptions(cfg GRPCConfig) []grpc.ServerOption {
 	opts := append([]grpc.ServerOption(nil), cfg.ServerOptions...)
-	return append(opts, grpc.ForceServerCodecV2(newServerCodec()))
-}
-
-func newBatchHandler(c Checker, cfg GRPCConfig) *batchHandler {
-	h := &batchHandler{checker: c, maxBatch: cfg.MaxBatch, metrics: cfg.Metrics}
-	h.setDefaults()
-	return h
+	return append(opts, grpc.ForceServerCodecV2(theCodec))
 }
 
 // Serve accepts connections on lis until Stop or GracefulStop; it then

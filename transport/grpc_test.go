@@ -176,6 +176,40 @@ func TestGRPCPeers(t *testing.T) {
 	}
 }
 
+// rawCodec sends bytes as they are, to put malformed requests on the wire.
+type rawCodec struct{}
+
+func (rawCodec) Marshal(v any) ([]byte, error)      { return *v.(*[]byte), nil }
+func (rawCodec) Unmarshal(data []byte, v any) error { *v.(*[]byte) = data; return nil }
+func (rawCodec) Name() string                       { return "proto" }
+
+// A request that is not valid proto fails the call with InvalidArgument,
+// on both services, and never reaches the Checker.
+func TestGRPCMalformedRequest(t *testing.T) {
+	t.Parallel()
+	fake := &fakeChecker{}
+	_, target, dialer := startGRPC(t, GRPCConfig{Checker: fake, Local: fake})
+	conn := dialConn(t, target, dialer)
+	bad := [][]byte{
+		{0x0a, 0xff, 0xff, 0xff, 0xff, 0x0f}, // an item longer than the message
+		{0x0a, 0x02, 0x0a, 0x01},             // truncated name
+		{0x0a, 0x03, 0x12, 0x01, 0xff},       // key not UTF-8
+		{0x0f},                               // invalid wire type
+	}
+	for _, method := range []string{pb.RateLimiter_GetRateLimits_FullMethodName, pb.Peers_ForwardRateLimits_FullMethodName} {
+		for _, req := range bad {
+			var reply []byte
+			err := conn.Invoke(ctxTimeout(t), method, &req, &reply, grpc.ForceCodec(rawCodec{}))
+			if status.Code(err) != codes.InvalidArgument {
+				t.Errorf("%s(%x) = %v, want InvalidArgument", method, req, err)
+			}
+		}
+	}
+	if n := len(fake.got()); n != 0 {
+		t.Errorf("Checker got %d calls, want 0", n)
+	}
+}
+
 func TestGRPCHealth(t *testing.T) {
 	t.Parallel()
 	srv, target, dialer := startGRPC(t, GRPCConfig{Checker: &fakeChecker{}})

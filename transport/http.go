@@ -2,6 +2,7 @@ package transport
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -57,8 +58,7 @@ type HTTPConfig struct {
 // rejected: they are usually typos that would silently change a limit.
 // The handler is safe for concurrent use.
 func NewHTTPHandler(cfg HTTPConfig) http.Handler {
-	h := &httpHandler{cfg: cfg, batch: batchHandler{checker: cfg.Checker, maxBatch: cfg.MaxBatch, metrics: cfg.Telemetry}}
-	h.batch.setDefaults()
+	h := &httpHandler{cfg: cfg, batch: newBatchHandler(cfg.Checker, cfg.MaxBatch, cfg.Telemetry)}
 	if h.cfg.MaxBodyBytes <= 0 {
 		h.cfg.MaxBodyBytes = DefaultMaxBodyBytes
 	}
@@ -67,7 +67,7 @@ func NewHTTPHandler(cfg HTTPConfig) http.Handler {
 
 type httpHandler struct {
 	cfg   HTTPConfig
-	batch batchHandler
+	batch *batchHandler
 }
 
 var marshalJSON = protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true}
@@ -169,11 +169,11 @@ func (h *httpHandler) serveBatch(w http.ResponseWriter, r *http.Request, buf *by
 		return writeError(w, http.StatusBadRequest, "transport: bad JSON: "+err.Error()), -1
 	}
 	items := len(req.GetRequests())
-	resps, _, err := h.batch.decide(r.Context(), req.GetRequests(), false)
+	resp, err := h.decide(r.Context(), &req)
 	if err != nil {
 		return writeError(w, httpStatus(Code(err)), err.Error()), items
 	}
-	out, err := marshalJSON.MarshalAppend(buf.Bytes()[:0], &pb.GetRateLimitsResponse{Responses: resps})
+	out, err := marshalJSON.MarshalAppend(buf.Bytes()[:0], resp)
 	if err != nil {
 		return writeError(w, http.StatusInternalServerError, "transport: encoding response: "+err.Error()), items
 	}
@@ -182,6 +182,18 @@ func (h *httpHandler) serveBatch(w http.ResponseWriter, r *http.Request, buf *by
 	_, _ = w.Write(out)
 	*buf = *bytes.NewBuffer(out[:0]) // keep the grown buffer for the pool
 	return http.StatusOK, items
+}
+
+// decide answers a decoded JSON request, converted as gRPC's (json.go).
+func (h *httpHandler) decide(ctx context.Context, req *pb.GetRateLimitsRequest) (*pb.GetRateLimitsResponse, error) {
+	checks := getChecks()
+	defer putChecks(checks)
+	checksFromPB(req.GetRequests(), checks)
+	out, err := h.batch.decide(ctx, checks, false)
+	if err != nil {
+		return nil, err
+	}
+	return resultsToPB(out), nil
 }
 
 func (h *httpHandler) tooLarge(w http.ResponseWriter) (int, int) {

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/shardlimiter/shardlimiter/limit"
+	"github.com/shardlimiter/shardlimiter/transport/internal/wire"
 	"github.com/shardlimiter/shardlimiter/transport/pb"
 )
 
@@ -127,6 +128,23 @@ func TestMetricNames(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// The pre-bound series cover every algorithm of limit plus "unknown", and
+// every reason.
+func TestMetricLabelsCoverLimit(t *testing.T) {
+	t.Parallel()
+	if n := len(limit.Algorithms()); n != numAlgorithmLabels-1 {
+		t.Errorf("limit has %d algorithms, metrics %d", n, numAlgorithmLabels-1)
+	}
+	if n := len(limit.Reasons()); n != numReasonLabels {
+		t.Errorf("limit has %d reasons, metrics %d", n, numReasonLabels)
+	}
+	var tl tally
+	tl.item(wire.UnknownAlgorithm, &limit.Result{Error: "x", Reason: limit.Invalid})
+	if tl.checks[algorithmUnknown][outcomeError] != 1 {
+		t.Errorf("an item of wire.UnknownAlgorithm is not counted as algorithm \"unknown\"")
 	}
 }
 

@@ -13,11 +13,12 @@ import (
 
 // The RateLimiter and Peers services are registered with descriptors of our
 // own rather than the generated ones, so that their handlers receive the
-// request as the server codec decoded it (*checkBatch, no pb message per
-// item). Names, methods and the proto file are the generated ones: on the
-// wire, and to server reflection (which describes the services from the
-// registered proto file), nothing differs. Unary interceptors see a
-// *checkBatch as the request and a pb response.
+// request as the codec decoded it and return the answer for the codec to
+// encode (messages.go: no pb message per item). Names, methods and the
+// proto file are the generated ones: on the wire, and to server reflection
+// (which describes the services from the registered proto file), nothing
+// differs. Unary interceptors see a *checkBatch as the request and a
+// *resultBatch as the response.
 
 // checksService is a service whose single method answers a batch.
 type checksService interface {
@@ -71,13 +72,13 @@ func (s *rateLimiterServer) newBatch() *checkBatch { return &checkBatch{max: s.h
 
 func (s *rateLimiterServer) serveChecks(ctx context.Context, in *checkBatch) (any, error) {
 	start := time.Now()
-	resps, _, err := s.h.decideBatch(ctx, in, false)
+	out, err := s.h.decideBatch(ctx, in, false)
 	code := Code(err)
 	s.h.metrics.observeGRPC(methodGet, code, in.n, time.Since(start))
 	if err != nil {
 		return nil, status.Error(code, err.Error())
 	}
-	return &pb.GetRateLimitsResponse{Responses: resps}, nil
+	return out, nil
 }
 
 // peersServer is the node-to-node service; h is nil when no Local checker
@@ -98,11 +99,11 @@ func (s *peersServer) serveChecks(ctx context.Context, in *checkBatch) (any, err
 		return nil, status.Error(codes.Unimplemented, "transport: this node does not answer peers")
 	}
 	start := time.Now()
-	resps, owner, err := s.h.decideBatch(ctx, in, true)
+	out, err := s.h.decideBatch(ctx, in, true)
 	code := Code(err)
 	s.h.metrics.observeGRPC(methodForward, code, in.n, time.Since(start))
 	if err != nil {
 		return nil, status.Error(code, err.Error())
 	}
-	return &pb.ForwardRateLimitsResponse{Responses: resps, Owner: owner}, nil
+	return out, nil
 }

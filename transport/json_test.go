@@ -1,0 +1,79 @@
+package transport
+
+import (
+	"bytes"
+	"reflect"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/shardlimiter/shardlimiter/limit"
+	"github.com/shardlimiter/shardlimiter/transport/internal/wire"
+	"github.com/shardlimiter/shardlimiter/transport/pb"
+)
+
+// A JSON request converts into the checks and failed items its gRPC
+// encoding decodes into.
+func TestJSONChecksAsGRPC(t *testing.T) {
+	t.Parallel()
+	reqs := []*pb.RateLimitRequest{
+		wireReq("a", 1, nil),
+		wireReq("b", 2, func(r *pb.RateLimitRequest) { r.DurationMs = 0 }),
+		wireReq("c", 3, func(r *pb.RateLimitRequest) {
+			r.Algorithm, r.Burst, r.WarmupMs, r.Behavior = pb.Algorithm_TOKEN_BUCKET, 5, 100, pb.Behavior_RESET
+		}),
+		wireReq("d", 4, func(r *pb.RateLimitRequest) { r.Algorithm = 9 }),
+		wireReq("e", -1, func(r *pb.RateLimitRequest) { r.Algorithm, r.MinIntervalMs = pb.Algorithm_SLIDING_LOG, 7 }),
+		wireReq("f", 1, func(r *pb.RateLimitRequest) { r.Behavior = -1 }),
+	}
+	var fromJSON wire.Checks
+	checksFromPB(reqs, &fromJSON)
+	data, err := proto.Marshal(&pb.GetRateLimitsRequest{Requests: reqs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fromGRPC wire.Checks
+	if n, err := wire.DecodeChecks(data, len(reqs), &fromGRPC); err != nil || n != len(reqs) {
+		t.Fatalf("DecodeChecks = %d, %v", n, err)
+	}
+	if !reflect.DeepEqual(fromJSON, fromGRPC) {
+		t.Errorf("JSON items convert to\n%+v\ngRPC ones to\n%+v", fromJSON, fromGRPC)
+	}
+	if len(fromJSON.Checks) != 3 || len(fromJSON.Failed) != 3 {
+		t.Errorf("converted %d checks and %d failed items, want 3 and 3", len(fromJSON.Checks), len(fromJSON.Failed))
+	}
+}
+
+// A JSON answer is the message a gRPC answer encodes, field for field.
+func TestJSONResultsAsGRPC(t *testing.T) {
+	t.Parallel()
+	batch := &resultBatch{
+		results: []limit.Result{
+			{Decision: limit.Decision{Allowed: true, Remaining: 9, ResetAt: resetAt}, Owner: "node-a"},
+			{Decision: limit.Decision{RetryAfter: limit.Never, ResetAt: resetAt}, Owner: "node-a"},
+			limit.Failed(limit.Invalid, errText("duration_ms must be > 0, got 0")),
+			{Decision: limit.Decision{Allowed: true, Delay: 1500 * time.Microsecond}, Owner: "node-b"},
+			{Decision: limit.Decision{RetryAfter: time.Nanosecond}},
+			{Error: "owner down", Reason: limit.Unavailable, Owner: "node-b"},
+			{Decision: limit.Decision{Allowed: true}, Owner: "node-a"},
+		},
+		limits: []int64{10, 10, 3, 1, 2, 4, 10},
+	}
+	msg := resultsToPB(batch)
+	want, err := proto.MarshalOptions{Deterministic: true}.Marshal(msg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := wire.AppendResults(nil, batch.results, batch.limits, "")
+	if err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("gRPC answer = %x, %v; the JSON answer %v encodes to %x", got, err, msg, want)
+	}
+	if a, b := msg.Responses[0].Metadata, msg.Responses[1].Metadata; reflect.ValueOf(a).Pointer() != reflect.ValueOf(b).Pointer() {
+		t.Errorf("items of one owner have metadata maps %p and %p, want one shared map", a, b)
+	}
+}
+
+type errText string
+
+func (e errText) Error() string { return string(e) }
