@@ -68,10 +68,14 @@ func rateOf(id, period int64, shaping bool) rate {
 type keyTable struct {
 	t       *table.Table[keyState]
 	shaping bool // LEAKY_BUCKET: rescale keeps queued hits; Import takes its states only
+	// track is table.Config.TrackChanges, checked here so that a take
+	// with tracking off makes no call (the table's generic methods are
+	// not inlined).
+	track bool
 }
 
 func newKeyTable(cfg table.Config, shaping bool) keyTable {
-	return keyTable{t: table.New(cfg, retireKey), shaping: shaping}
+	return keyTable{t: table.New(cfg, retireKey), shaping: shaping, track: cfg.TrackChanges}
 }
 
 func (k *keyTable) Sweep(now int64, budget int) int { return k.t.Sweep(now, budget) }
@@ -93,7 +97,9 @@ func (k *keyTable) take(key string, now int64, p rate, hits int64, b limit.Behav
 		}
 		switch st {
 		case wrote:
-			k.t.MarkChanged(key, e)
+			if k.track {
+				k.t.MarkChanged(key, e)
+			}
 			return v
 		case done:
 			return v

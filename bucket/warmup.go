@@ -112,7 +112,9 @@ func (k *keyTable) takeWarm(key string, now int64, w warmRate, hits int64, b lim
 		v, st := takeWarmLocked(e, id, w, now, hits, b)
 		switch st {
 		case wrote:
-			k.t.MarkChanged(key, e)
+			if k.track {
+				k.t.MarkChanged(key, e)
+			}
 			return v
 		case done:
 			return v

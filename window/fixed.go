@@ -109,7 +109,7 @@ var fixedCodec = codec{
 
 // NewFixed returns an empty FIXED_WINDOW table.
 func NewFixed(cfg table.Config) *Fixed {
-	return &Fixed{hybridTable{table.New(cfg, fixedCodec.retire)}}
+	return &Fixed{hybridTable{table.New(cfg, fixedCodec.retire), cfg.TrackChanges}}
 }
 
 // Take applies hits to key under r at now (Unix ns). r must be valid.
@@ -126,12 +126,14 @@ func (f *Fixed) Take(key string, now int64, r limit.Rule, hits int64) limit.Deci
 				return d
 			}
 			if e.Word.CompareAndSwap(w, nw) {
-				f.t.MarkChanged(key, e)
+				if f.track {
+					f.t.MarkChanged(key, e)
+				}
 				return d
 			}
 		}
 		if d, changed, ok := fixedCodec.takeWide(e, now, r, hits); ok {
-			if changed {
+			if changed && f.track {
 				f.t.MarkChanged(key, e)
 			}
 			return d

@@ -118,6 +118,10 @@ func (k *codec) retire(e *table.Entry[*cell], now int64) bool {
 // per take).
 type hybridTable struct {
 	t *table.Table[*cell]
+	// track is table.Config.TrackChanges, checked here so that a take
+	// with tracking off makes no call (the table's generic methods are
+	// not inlined).
+	track bool
 }
 
 // Sweep retires up to about budget keys that have been equivalent to a

@@ -113,11 +113,14 @@ func (s *logState) idle(now int64) bool { return s.idleAt == 0 || s.idleAt <= no
 // A key's state is guarded by its entry's mutex; nothing else runs under
 // it. All methods are safe for concurrent use.
 type Log struct {
-	t *table.Table[logState]
+	t     *table.Table[logState]
+	track bool // table.Config.TrackChanges: see hybridTable
 }
 
 // NewLog returns an empty SLIDING_LOG table.
-func NewLog(cfg table.Config) *Log { return &Log{t: table.New(cfg, retireLog)} }
+func NewLog(cfg table.Config) *Log {
+	return &Log{t: table.New(cfg, retireLog), track: cfg.TrackChanges}
+}
 
 func retireLog(e *table.Entry[logState], now int64) bool {
 	return e.RetireLockedIf(func(s *logState) bool { return s.idle(now) })
@@ -136,7 +139,7 @@ func (l *Log) Take(key string, now int64, r limit.Rule, hits int64) limit.Decisi
 			// the same instant under the same rule).
 			changed := e.State.idleAt != idleAt || hits > 0 && (d.Allowed || r.Behavior.Has(limit.CountRejected))
 			e.Mu.Unlock()
-			if changed {
+			if changed && l.track {
 				l.t.MarkChanged(key, e)
 			}
 			return d

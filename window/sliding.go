@@ -134,7 +134,7 @@ var slidingCodec = codec{
 
 // NewSliding returns an empty SLIDING_WINDOW table.
 func NewSliding(cfg table.Config) *Sliding {
-	return &Sliding{hybridTable{table.New(cfg, slidingCodec.retire)}}
+	return &Sliding{hybridTable{table.New(cfg, slidingCodec.retire), cfg.TrackChanges}}
 }
 
 // Take applies hits to key under r at now (Unix ns). r must be valid.
@@ -151,12 +151,14 @@ func (s *Sliding) Take(key string, now int64, r limit.Rule, hits int64) limit.De
 				return d
 			}
 			if e.Word.CompareAndSwap(w, nw) {
-				s.t.MarkChanged(key, e)
+				if s.track {
+					s.t.MarkChanged(key, e)
+				}
 				return d
 			}
 		}
 		if d, changed, ok := slidingCodec.takeWide(e, now, r, hits); ok {
-			if changed {
+			if changed && s.track {
 				s.t.MarkChanged(key, e)
 			}
 			return d
