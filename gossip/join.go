@@ -133,6 +133,12 @@ func (m *Membership) seedTargets(ctx context.Context) ([]string, error) {
 	return out, errors.Join(errs...)
 }
 
+// contactFunc is one contact step of the join loops: it joins targets and
+// reports how many answered and how many were tried (see contact). The loops
+// take it as a parameter so that their schedule can be tested in a synctest
+// bubble, with a fake step and without memberlist or a network.
+type contactFunc func(ctx context.Context, targets []string) (ok, tried int, err error)
+
 // contact pushes this node's state to each target (a memberlist join: a full
 // state exchange over TCP), skipping this node's own addresses. Targets are
 // joined one at a time so ctx is checked between them; each may take up to
@@ -175,19 +181,18 @@ func (m *Membership) joinLoop(ctx context.Context, ml *memberlist.Memberlist) {
 		case <-ctx.Done():
 			return
 		case <-rejoin:
-			m.rejoinMissing(ctx, ml)
+			m.rejoinMissing(ctx, contact)
 		case <-m.nameClaimed:
-			m.reclaimName(ctx, ml)
+			m.reclaimName(ctx, contact)
 		}
 	}
 }
 
 // joinSeeds tries every JoinRetry (±20 %) until a seed answers, or until
 // the seeds resolve to this node alone (it is the first of its cluster). It
-// reports false if ctx ended first. contact joins targets (see contact); it
-// is a parameter so that the retry schedule can be tested in a synctest
-// bubble, without memberlist or a network.
-func (m *Membership) joinSeeds(ctx context.Context, contact func(context.Context, []string) (ok, tried int, err error)) bool {
+// reports false if ctx ended first. Each attempt resolves the seeds again
+// and hands the targets to contact.
+func (m *Membership) joinSeeds(ctx context.Context, contact contactFunc) bool {
 	for attempt := 1; ; attempt++ {
 		m.joinAttempts.Add(1)
 		targets, err := m.seedTargets(ctx)
@@ -196,7 +201,7 @@ func (m *Membership) joinSeeds(ctx context.Context, contact func(context.Context
 		switch {
 		case ok > 0:
 			m.joined.Store(true)
-			m.log.Info("joined the cluster", "contacted", ok, "attempts", attempt)
+			m.log.Info("joined the cluster", "contacted", ok, "attempts", attempt, "members", m.numMembers())
 			return true
 		case tried == 0 && err == nil:
 			m.joined.Store(true)
@@ -219,7 +224,7 @@ func (m *Membership) joinSeeds(ctx context.Context, contact func(context.Context
 // rejoinMissing joins the seed addresses that are not alive members. Nodes
 // that started together and each found only themselves, and the halves of a
 // partition that outlasted memberlist's gossip to the dead, merge this way.
-func (m *Membership) rejoinMissing(ctx context.Context, ml *memberlist.Memberlist) {
+func (m *Membership) rejoinMissing(ctx context.Context, contact contactFunc) {
 	targets, err := m.seedTargets(ctx)
 	known := m.gossipAddrs()
 	missing := targets[:0]
@@ -228,7 +233,7 @@ func (m *Membership) rejoinMissing(ctx context.Context, ml *memberlist.Memberlis
 			missing = append(missing, t)
 		}
 	}
-	ok, tried, cerr := m.contact(ctx, ml, missing)
+	ok, tried, cerr := contact(ctx, missing)
 	if ok > 0 {
 		m.log.Info("rejoined seeds that were not members", "contacted", ok, "tried", tried)
 	}
@@ -247,7 +252,7 @@ func (m *Membership) rejoinMissing(ctx context.Context, ml *memberlist.Memberlis
 // the first push that lands after the old entry is declared dead (plus
 // DeadNodeReclaimTime) wins. A claim still reported in the last round comes
 // from another live node with our name: a configuration error, logged.
-func (m *Membership) reclaimName(ctx context.Context, ml *memberlist.Memberlist) {
+func (m *Membership) reclaimName(ctx context.Context, contact contactFunc) {
 	m.log.Warn("another address claims this node's name; pushing our state until the cluster takes it", "name", m.cfg.NodeName)
 	claimed := false
 	for end := time.Now().Add(reclaimWindow); time.Now().Before(end); {
@@ -256,7 +261,7 @@ func (m *Membership) reclaimName(ctx context.Context, ml *memberlist.Memberlist)
 		for _, a := range m.randomMembers(reclaimFanout) {
 			targets = appendNew(targets, a)
 		}
-		m.contact(ctx, ml, targets)
+		contact(ctx, targets)
 		claimed = m.claims.Load() != before
 		if !sleepCtx(ctx, jitter(m.cfg.JoinRetry)) {
 			return

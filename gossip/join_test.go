@@ -57,7 +57,7 @@ func TestParseSeed(t *testing.T) {
 	}
 }
 
-func TestNewMembershipRejectsBadConfig(t *testing.T) {
+func TestNewRejectsBadConfig(t *testing.T) {
 	t.Parallel()
 	ok := Config{NodeName: "n", GRPCAddr: "10.0.0.1:8081"}
 	tests := []struct {

@@ -297,6 +297,15 @@ func (m *Membership) gossipAddrs() map[string]bool {
 	return out
 }
 
+// numMembers counts the alive members, this node included. The hooks add a
+// node when memberlist marks it alive and drop it when memberlist marks it
+// dead or left, so this equals memberlist's NumMembers.
+func (m *Membership) numMembers() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.members)
+}
+
 // randomMembers returns the gossip addresses of up to n other members.
 func (m *Membership) randomMembers(n int) []string {
 	m.mu.Lock()
@@ -404,11 +413,11 @@ func (m *Membership) gossipConfig(ctx context.Context) (*memberlist.Config, erro
 func splitBind(addr string) (host string, port int, err error) {
 	host, p, err := net.SplitHostPort(addr)
 	if err != nil {
-		return "", 0, fmt.Errorf("gossip: gossip bind address %q: %w", addr, err)
+		return "", 0, fmt.Errorf("gossip: bind address %q: %w", addr, err)
 	}
 	n, err := strconv.ParseUint(p, 10, 16)
 	if err != nil {
-		return "", 0, fmt.Errorf("gossip: gossip bind address %q: port must be 0-65535", addr)
+		return "", 0, fmt.Errorf("gossip: bind address %q: port must be 0-65535", addr)
 	}
 	switch {
 	case host == "":
@@ -416,7 +425,7 @@ func splitBind(addr string) (host string, port int, err error) {
 	case host == "localhost":
 		host = "127.0.0.1"
 	case net.ParseIP(host) == nil:
-		return "", 0, fmt.Errorf("gossip: gossip bind address %q: host must be an IP address", addr)
+		return "", 0, fmt.Errorf("gossip: bind address %q: host must be an IP address", addr)
 	}
 	return host, int(n), nil
 }

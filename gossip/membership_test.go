@@ -31,19 +31,22 @@ import (
 func TestMain(m *testing.M) {
 	code := m.Run()
 	if code == 0 {
-		deadline := time.Now().Add(5 * time.Second)
-		err := goleak.Find()
-		for err != nil && time.Now().Before(deadline) {
-			time.Sleep(50 * time.Millisecond)
-			err = goleak.Find()
-		}
-		if err != nil {
+		var leak mainTB
+		var err error
+		poll.Until(&leak, 5*time.Second, func() bool { err = goleak.Find(); return err == nil }, "%s", "memberlist's goroutines exit")
+		if leak.failed {
 			fmt.Fprintf(os.Stderr, "goleak: goroutines left after the tests: %v\n", err)
 			code = 1
 		}
 	}
 	os.Exit(code)
 }
+
+// mainTB lets TestMain, which has no *testing.T, wait with poll.Until.
+type mainTB struct{ failed bool }
+
+func (*mainTB) Helper()                  {}
+func (tb *mainTB) Fatalf(string, ...any) { tb.failed = true }
 
 // logBuf collects a test's log lines; they are printed if the test fails.
 // Writes may come after the test ends (memberlist's goroutines wind down).
