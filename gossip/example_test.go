@@ -9,11 +9,12 @@ import (
 )
 
 // A node with no seeds is a cluster of one. In production BindAddr is the
-// --gossip-addr, Seeds the --join list and GRPCAddr the address peers
-// forward checks to; an unspecified host (":8081") is read by the peers as
-// this node's gossip IP.
+// --gossip-addr, Seeds the --join list, GRPCAddr the client API and PeerAddr
+// the address peers forward checks to; an unspecified host (":8081") is
+// read by the peers as this node's gossip IP. Keys (from --gossip-key-file)
+// would encrypt gossip.
 func Example() {
-	m, err := gossip.New(gossip.Config{NodeName: "node-a", BindAddr: "127.0.0.1:0", GRPCAddr: ":8081"})
+	m, err := gossip.New(gossip.Config{NodeName: "node-a", BindAddr: "127.0.0.1:0", GRPCAddr: ":8081", PeerAddr: ":8082"})
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -33,7 +34,7 @@ func Example() {
 	cancel()
 	fmt.Println("Run:", <-done)
 	// Output:
-	// before Run: [{node-a :8081}] false
-	// running: [{node-a 127.0.0.1:8081}] true
+	// before Run: [{node-a :8081 :8082}] false
+	// running: [{node-a 127.0.0.1:8081 127.0.0.1:8082}] true
 	// Run: <nil>
 }

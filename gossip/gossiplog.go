@@ -16,13 +16,21 @@ import (
 // [WARN] → Warn, [ERR] and [ERROR] → Error, untagged → Info), drops the tag
 // and the "memberlist: " prefix, and skips the formatting work when l does
 // not log at that level.
-func gossipLogger(l *slog.Logger) *log.Logger {
-	return log.New(logWriter{l}, "", 0)
+//
+// Lines that report refused gossip (a wrong key, plaintext to an encrypted
+// cluster) are counted in rejected, which may be nil, and logged at Warn
+// with the hint every operator needs: the keys differ.
+func gossipLogger(l *slog.Logger, rejected *rejections) *log.Logger {
+	return log.New(logWriter{l, rejected}, "", 0)
 }
 
 // logWriter receives whole lines from log.Logger, which serializes its
-// writes; it keeps no state, so it is safe for concurrent use anyway.
-type logWriter struct{ log *slog.Logger }
+// writes; it keeps no state but counters, so it is safe for concurrent use
+// anyway.
+type logWriter struct {
+	log      *slog.Logger
+	rejected *rejections
+}
 
 var levelTags = []struct {
 	tag   []byte
@@ -45,6 +53,13 @@ func (w logWriter) Write(p []byte) (int, error) {
 		}
 	}
 	ctx := context.Background()
+	if r := rejectReason(line); r >= 0 && w.rejected != nil {
+		w.rejected[r].Add(1)
+		line = bytes.TrimPrefix(line, []byte("memberlist: "))
+		w.log.Warn("gossip refused: the sender's gossip key does not match this node's (--gossip-key-file)",
+			"reason", RejectedReasons[r], "detail", string(line))
+		return len(p), nil
+	}
 	if !w.log.Enabled(ctx, level) {
 		return len(p), nil
 	}

@@ -211,7 +211,11 @@ func (m *Membership) joinSeeds(ctx context.Context, contact contactFunc) bool {
 			return false
 		}
 		if attempt%joinWarnEvery == 1 {
-			m.log.Warn("join failed, retrying", "attempt", attempt, "retry", m.cfg.JoinRetry, "err", err)
+			msg := "join failed, retrying"
+			if err != nil && rejectReason([]byte(err.Error())) >= 0 {
+				msg = "join failed: the cluster refused this node's gossip; its gossip keys (--gossip-key-file) do not match the cluster's; retrying"
+			}
+			m.log.Warn(msg, "attempt", attempt, "retry", m.cfg.JoinRetry, "err", err)
 		} else {
 			m.log.Debug("join failed, retrying", "attempt", attempt, "err", err)
 		}

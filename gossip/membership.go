@@ -1,6 +1,7 @@
 package gossip
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -37,10 +38,20 @@ type Config struct {
 	// pick: the bind IP, or for an all-interfaces bind the machine's first
 	// private IP. With bind port 0 the bound port is advertised.
 	AdvertiseAddr string
-	// GRPCAddr is the host:port peers forward checks to, published in the
-	// node metadata (see Meta). An empty or unspecified host (":8081") is
-	// read by peers as this node's gossip IP. Required; port 1-65535.
+	// GRPCAddr is the host:port of the client API, published in the node
+	// metadata (see Meta). An empty or unspecified host (":8081") is read
+	// by peers as this node's gossip IP. Required; port 1-65535.
 	GRPCAddr string
+	// PeerAddr is the host:port other nodes forward checks and move state
+	// to, published like GRPCAddr. Empty means GRPCAddr.
+	PeerAddr string
+	// Keys encrypt and authenticate gossip (AES-GCM; each 16, 24 or 32
+	// bytes): the first encrypts, all decrypt. Messages no key opens are
+	// dropped and counted (see Rejected), so a node without a key the
+	// others hold cannot join. Nil: plaintext gossip, for development.
+	// Encryption cannot be turned on or off at run time, only the keys
+	// rotated (SetKeys).
+	Keys [][]byte
 	// Seeds are the nodes to join: "host:port", "host" (port
 	// DefaultPort), "[v6]:port" or "[v6]"; host is an IP or a DNS
 	// name. Names are resolved at every attempt (DNS may lag behind pod
@@ -77,7 +88,9 @@ type Membership struct {
 	cfg      Config // defaults filled in
 	log      *slog.Logger
 	seeds    []seed
-	meta     []byte // encoded Meta; never modified
+	meta     []byte              // encoded Meta; never modified
+	keyring  *memberlist.Keyring // nil: plaintext gossip
+	rejected rejections
 	bindHost string
 	bindPort int
 
@@ -102,7 +115,8 @@ type Membership struct {
 // member is what Membership keeps of one alive node.
 type member struct {
 	gossip string // gossip host:port
-	addr   string // gRPC address, host substituted (see Meta)
+	addr   string // client gRPC address, host substituted (see Meta)
+	peer   string // peer gRPC address, host substituted; addr for version 1
 	err    error  // undecodable metadata: left out of Members
 	logged bool   // err has been logged
 }
@@ -113,7 +127,7 @@ func New(cfg Config) (*Membership, error) {
 	if cfg.NodeName == "" || len(cfg.NodeName) > 256 {
 		return nil, errors.New("gossip: node name must be 1-256 bytes")
 	}
-	meta, err := Meta{GRPCAddr: cfg.GRPCAddr}.MarshalBinary()
+	meta, err := Meta{GRPCAddr: cfg.GRPCAddr, PeerAddr: cfg.PeerAddr}.MarshalBinary()
 	if err != nil {
 		return nil, err
 	}
@@ -130,6 +144,11 @@ func New(cfg Config) (*Membership, error) {
 		}
 	}
 	m := &Membership{meta: meta, bindHost: host, bindPort: port}
+	if cfg.Keys != nil {
+		if m.keyring, err = newKeyring(cfg.Keys); err != nil {
+			return nil, err
+		}
+	}
 	for i, s := range cfg.Seeds {
 		sd, err := parseSeed(s)
 		if err != nil {
@@ -247,7 +266,7 @@ func (m *Membership) Members() []ring.Member {
 	out := make([]ring.Member, 0, len(m.members))
 	for name, mb := range m.members {
 		if mb.err == nil {
-			out = append(out, ring.Member{Name: name, Addr: mb.addr})
+			out = append(out, ring.Member{Name: name, Addr: mb.addr, PeerAddr: mb.peer})
 		} else if !mb.logged {
 			mb.logged = true
 			bad, badErrs = append(bad, name), append(badErrs, mb.err)
@@ -258,7 +277,7 @@ func (m *Membership) Members() []ring.Member {
 		m.log.Warn("ignoring member with undecodable metadata", "member", name, "err", badErrs[i])
 	}
 	if m.ml.Load() == nil && len(out) == 0 {
-		return []ring.Member{{Name: m.cfg.NodeName, Addr: m.cfg.GRPCAddr}}
+		return []ring.Member{{Name: m.cfg.NodeName, Addr: m.cfg.GRPCAddr, PeerAddr: cmp.Or(m.cfg.PeerAddr, m.cfg.GRPCAddr)}}
 	}
 	slices.SortFunc(out, func(a, b ring.Member) int { return strings.Compare(a.Name, b.Name) })
 	return out
@@ -405,7 +424,12 @@ func (m *Membership) gossipConfig(ctx context.Context) (*memberlist.Config, erro
 	c.TCPTimeout = 3 * time.Second
 	h := &hooks{m: m}
 	c.Delegate, c.Events, c.Conflict = h, h, h
-	c.Logger = gossipLogger(m.log)
+	c.Logger = gossipLogger(m.log, &m.rejected)
+	if m.keyring != nil {
+		// GossipVerifyIncoming and GossipVerifyOutgoing stay true (the
+		// default): plaintext is neither accepted nor sent.
+		c.Keyring = m.keyring
+	}
 	return c, nil
 }
 
@@ -482,6 +506,10 @@ func (m *Membership) upsert(n *memberlist.Node) {
 	var meta Meta
 	if mb.err = meta.UnmarshalBinary(n.Meta); mb.err == nil {
 		mb.addr = resolveGRPCAddr(meta.GRPCAddr, n.Addr)
+		mb.peer = mb.addr
+		if meta.PeerAddr != "" {
+			mb.peer = resolveGRPCAddr(meta.PeerAddr, n.Addr)
+		}
 	}
 	m.mu.Lock()
 	if old := m.members[n.Name]; old != nil && old.err != nil && mb.err != nil {

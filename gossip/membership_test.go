@@ -154,7 +154,7 @@ func sees(from []*gossipNode, want []ring.Member) func() bool {
 func membersOf(nodes ...*gossipNode) []ring.Member {
 	var out []ring.Member
 	for _, g := range nodes {
-		out = append(out, ring.Member{Name: g.name, Addr: g.grpc})
+		out = append(out, ring.Member{Name: g.name, Addr: g.grpc, PeerAddr: g.grpc})
 	}
 	slices.SortFunc(out, func(a, b ring.Member) int { return strings.Compare(a.Name, b.Name) })
 	return out
@@ -274,7 +274,7 @@ func TestMembershipMembersBeforeRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []ring.Member{{Name: "solo", Addr: ":8081"}}
+	want := []ring.Member{{Name: "solo", Addr: ":8081", PeerAddr: ":8081"}}
 	if got := m.Members(); !slices.Equal(got, want) {
 		t.Errorf("Members() before Run = %v, want %v", got, want)
 	}
@@ -307,7 +307,7 @@ func TestMembershipNoSeeds(t *testing.T) {
 	if !m.Joined() {
 		t.Error("Joined() = false with no seeds")
 	}
-	want := []ring.Member{{Name: "solo", Addr: "127.0.0.1:8081"}}
+	want := []ring.Member{{Name: "solo", Addr: "127.0.0.1:8081", PeerAddr: "127.0.0.1:8081"}}
 	poll.Until(t, 2*time.Second, func() bool { return slices.Equal(m.Members(), want) }, "%s", "solo sees itself")
 	cancel()
 	if err := <-done; err != nil {
@@ -329,7 +329,7 @@ func TestMembershipSkipsUndecodableMeta(t *testing.T) {
 	conf := memberlist.DefaultLocalConfig()
 	conf.Name, conf.BindAddr, conf.BindPort = "alien", "127.0.0.1", 0
 	conf.Delegate = &garbageMeta{}
-	conf.Logger = gossipLogger(slog.New(slog.DiscardHandler))
+	conf.Logger = gossipLogger(slog.New(slog.DiscardHandler), nil)
 	alien, err := memberlist.Create(conf)
 	if err != nil {
 		t.Fatal(err)
@@ -366,7 +366,7 @@ func TestMembershipLogLevels(t *testing.T) {
 	l := gossipLogger(slog.New(slog.NewTextHandler(buf, &slog.HandlerOptions{
 		Level:       slog.LevelDebug,
 		ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr { return dropTime(a) },
-	})))
+	})), nil)
 	l.Printf("[DEBUG] memberlist: Stream connection from=127.0.0.1:1")
 	l.Printf("[INFO] memberlist: Marking b as failed")
 	l.Printf("[WARN] memberlist: Refuting a suspect message")

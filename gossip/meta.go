@@ -11,7 +11,7 @@ import (
 )
 
 // metaVersion is the metadata encoding this build writes.
-const metaVersion = 1
+const metaVersion = 2
 
 // metaFirstIncompatible is the first version number reserved for layouts that
 // do not start with the version-1 fields (see Meta).
@@ -24,21 +24,24 @@ var ErrMetaVersion = errors.New("gossip: unsupported node metadata version")
 // (memberlist's Node.Meta). Encoded, it must fit in memberlist.MetaMaxSize
 // (512) bytes; New checks that.
 //
-// Encoding. Byte 0 is the version. Version 1 follows it with one field: a
-// uvarint length and that many bytes of GRPCAddr, and nothing else. Later
-// versions 2..127 must keep the version-1 fields first and only append, so a
-// reader decodes any version in 1..127 it does not know by reading the fields
-// it knows and ignoring the rest: an old node keeps routing to a newer one.
-// A layout that cannot keep that prefix must use a version from 128 up;
-// readers that do not know it fail with ErrMetaVersion rather than guess.
-// Version 0, truncated fields, trailing bytes in version 1 and an invalid
+// Encoding. Byte 0 is the version, then length-prefixed (uvarint) strings.
+// Version 1 has one: GRPCAddr. Version 2 appends PeerAddr. Later versions
+// 3..127 must keep these fields first and only append, so a reader decodes
+// any version in 1..127 it does not know by reading the fields it knows and
+// ignoring the rest: an old node keeps routing to a newer one. A layout
+// that cannot keep that prefix must use a version from 128 up; readers that
+// do not know it fail with ErrMetaVersion rather than guess. Version 0,
+// truncated fields, trailing bytes in a known version and an invalid
 // address are errors.
 type Meta struct {
-	// GRPCAddr is the host:port peers forward checks to. An empty or
-	// unspecified host (":8081", "0.0.0.0:8081", "[::]:8081") means "the
-	// address I gossip from": Membership.Members substitutes the node's
-	// gossip IP.
+	// GRPCAddr is the host:port of the client API. An empty or unspecified
+	// host (":8081", "0.0.0.0:8081", "[::]:8081") means "the address I
+	// gossip from": Membership.Members substitutes the node's gossip IP.
 	GRPCAddr string
+	// PeerAddr is the host:port peers forward checks and move state to,
+	// with the same host rule. Empty (version 1, written by a node that
+	// served peers on its client port) means GRPCAddr.
+	PeerAddr string
 }
 
 // MarshalBinary encodes m in the current version.
@@ -46,17 +49,24 @@ func (m Meta) MarshalBinary() ([]byte, error) {
 	if err := checkGRPCAddr(m.GRPCAddr); err != nil {
 		return nil, err
 	}
-	b := make([]byte, 0, 1+binary.MaxVarintLen64+len(m.GRPCAddr))
+	if m.PeerAddr != "" {
+		if err := checkGRPCAddr(m.PeerAddr); err != nil {
+			return nil, err
+		}
+	}
+	b := make([]byte, 0, 1+2*binary.MaxVarintLen64+len(m.GRPCAddr)+len(m.PeerAddr))
 	b = append(b, metaVersion)
 	b = binary.AppendUvarint(b, uint64(len(m.GRPCAddr)))
 	b = append(b, m.GRPCAddr...)
+	b = binary.AppendUvarint(b, uint64(len(m.PeerAddr)))
+	b = append(b, m.PeerAddr...)
 	if len(b) > memberlist.MetaMaxSize {
-		return nil, fmt.Errorf("gossip: node metadata is %d bytes, over memberlist's limit of %d: gRPC address too long", len(b), memberlist.MetaMaxSize)
+		return nil, fmt.Errorf("gossip: node metadata is %d bytes, over memberlist's limit of %d: addresses too long", len(b), memberlist.MetaMaxSize)
 	}
 	return b, nil
 }
 
-// UnmarshalBinary decodes b, written by this or a compatible later version.
+// UnmarshalBinary decodes b, written by this or a compatible version.
 func (m *Meta) UnmarshalBinary(b []byte) error {
 	if len(b) == 0 {
 		return errors.New("gossip: node metadata is empty")
@@ -69,19 +79,38 @@ func (m *Meta) UnmarshalBinary(b []byte) error {
 		return fmt.Errorf("gossip: node metadata version %d: %w", v, ErrMetaVersion)
 	}
 	rest := b[1:]
-	n, size := binary.Uvarint(rest)
-	if size <= 0 || n > uint64(len(rest)-size) {
+	addr, rest, ok := cutField(rest)
+	if !ok {
 		return fmt.Errorf("gossip: node metadata version %d: truncated gRPC address", v)
-	}
-	addr := string(rest[size : size+int(n)])
-	if v == metaVersion && size+int(n) != len(rest) {
-		return fmt.Errorf("gossip: node metadata version 1: %d trailing bytes", len(rest)-size-int(n))
 	}
 	if err := checkGRPCAddr(addr); err != nil {
 		return err
 	}
-	m.GRPCAddr = addr
+	var peerAddr string
+	if v >= 2 {
+		if peerAddr, rest, ok = cutField(rest); !ok {
+			return fmt.Errorf("gossip: node metadata version %d: truncated peer address", v)
+		}
+		if peerAddr != "" {
+			if err := checkGRPCAddr(peerAddr); err != nil {
+				return err
+			}
+		}
+	}
+	if v <= metaVersion && len(rest) != 0 {
+		return fmt.Errorf("gossip: node metadata version %d: %d trailing bytes", v, len(rest))
+	}
+	m.GRPCAddr, m.PeerAddr = addr, peerAddr
 	return nil
+}
+
+// cutField splits a uvarint-length-prefixed string off b.
+func cutField(b []byte) (field string, rest []byte, ok bool) {
+	n, size := binary.Uvarint(b)
+	if size <= 0 || n > uint64(len(b)-size) {
+		return "", nil, false
+	}
+	return string(b[size : size+int(n)]), b[size+int(n):], true
 }
 
 // checkGRPCAddr accepts host:port with a port in 1..65535; the host may be

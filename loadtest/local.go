@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"os"
 	"os/exec"
 	"slices"
 	"strings"
@@ -150,7 +152,10 @@ func (c *localCluster) launch(num int, prev *localNode) (nd *localNode, same boo
 		if num > 1 {
 			args = append(args, "--join="+c.nodes[0].gossip)
 		}
-		if nd, err = spawn(c.ctx, c.bin, append(args, c.extra...)); err != nil {
+		// The peer port through the environment: a server binary from
+		// before --peer-addr (a baseline of --server-bin) ignores it.
+		env := []string{"SHARDLIMITER_PEER_ADDR=" + net.JoinHostPort(host, "0")}
+		if nd, err = spawn(c.ctx, c.bin, append(args, c.extra...), env); err != nil {
 			return nil, false, err
 		}
 		nd.name, nd.gossip = name, a.gossip
@@ -170,9 +175,10 @@ func (c *localCluster) launch(num int, prev *localNode) (nd *localNode, same boo
 func nodeName(num int) string { return fmt.Sprintf("loadtest-%d", num) }
 
 // spawn starts bin in its own process group; ctx's end terminates it.
-func spawn(ctx context.Context, bin string, args []string) (*localNode, error) {
+func spawn(ctx context.Context, bin string, args, env []string) (*localNode, error) {
 	nd := &localNode{serving: make(chan string, 1), exited: make(chan struct{}), stderr: &tail{}}
 	nd.cmd = exec.CommandContext(ctx, bin, args...)
+	nd.cmd.Env = append(os.Environ(), env...)
 	setProcessGroup(nd.cmd)
 	nd.cmd.WaitDelay = stopGrace
 	nd.cmd.Stdout = &lineWatch{prefix: "serving ", found: nd.serving}

@@ -1,9 +1,12 @@
 package peer
 
+import "cmp"
+
 // ClusterInfo is this node's view of the cluster, served at /v1/cluster.
 type ClusterInfo struct {
 	Node        string `json:"node"`
 	GRPCAddr    string `json:"grpc_addr"`
+	PeerAddr    string `json:"peer_addr"`
 	RingVersion uint64 `json:"ring_version"`
 	Ready       bool   `json:"ready"`
 	Leaving     bool   `json:"leaving"`
@@ -18,9 +21,10 @@ type ClusterInfo struct {
 
 // MemberInfo is one member of the ring.
 type MemberInfo struct {
-	Name  string  `json:"name"`
-	Addr  string  `json:"addr"`
-	Share float64 `json:"share"` // fraction of the key space it owns
+	Name     string  `json:"name"`
+	Addr     string  `json:"addr"`      // client gRPC API
+	PeerAddr string  `json:"peer_addr"` // peer RPCs (forwarding, state transfer)
+	Share    float64 `json:"share"`     // fraction of the key space it owns
 }
 
 // Cluster returns this node's view of the cluster.
@@ -30,6 +34,7 @@ func (n *Node) Cluster() ClusterInfo {
 	info := ClusterInfo{
 		Node:        n.cfg.Name,
 		GRPCAddr:    n.cfg.GRPCAddr,
+		PeerAddr:    cmp.Or(n.cfg.PeerAddr, n.cfg.GRPCAddr),
 		RingVersion: v.snap.Version(),
 		Ready:       n.Ready(),
 		Leaving:     n.leaving.Load(),
@@ -41,7 +46,7 @@ func (n *Node) Cluster() ClusterInfo {
 		info.Replication = n.cfg.ReplicationInterval.String()
 	}
 	for _, m := range v.snap.Members() {
-		info.Members = append(info.Members, MemberInfo{Name: m.Name, Addr: m.Addr, Share: shares[m.Name]})
+		info.Members = append(info.Members, MemberInfo{Name: m.Name, Addr: m.Addr, PeerAddr: peerAddr(m), Share: shares[m.Name]})
 	}
 	return info
 }

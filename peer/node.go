@@ -26,6 +26,7 @@
 package peer
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"log/slog"
@@ -62,8 +63,11 @@ type Gossip interface {
 type Config struct {
 	// Name identifies the node on the ring. Required.
 	Name string
-	// GRPCAddr is the address peers forward to; shown in Cluster.
+	// GRPCAddr is this node's client API address; shown in Cluster.
 	GRPCAddr string
+	// PeerAddr is the address peers forward to and move state to; shown in
+	// Cluster. Empty means GRPCAddr.
+	PeerAddr string
 	// Gossip supplies membership; nil makes a cluster of one.
 	Gossip Gossip
 	// MaxKeys caps the keys of each algorithm's table; 0 means
@@ -236,7 +240,14 @@ func New(cfg Config) (*Node, error) {
 	return n, nil
 }
 
-func (n *Node) selfMember() ring.Member { return ring.Member{Name: n.cfg.Name, Addr: n.cfg.GRPCAddr} }
+func (n *Node) selfMember() ring.Member {
+	return ring.Member{Name: n.cfg.Name, Addr: n.cfg.GRPCAddr, PeerAddr: n.cfg.PeerAddr}
+}
+
+// peerAddr is the address other nodes reach m at: its PeerAddr, or Addr
+// for a member that publishes none (a node of a version that served
+// peers on its client port); empty when m is unknown.
+func peerAddr(m ring.Member) string { return cmp.Or(m.PeerAddr, m.Addr) }
 
 // Name returns the node's name.
 func (n *Node) Name() string { return n.cfg.Name }

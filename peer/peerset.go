@@ -73,7 +73,7 @@ func (s *peerSet) allowed(m ring.Member) bool {
 	s.mu.Lock()
 	pc := s.clients[m.Name]
 	s.mu.Unlock()
-	return pc == nil || pc.addr != m.Addr || pc.down.allow(s.now())
+	return pc == nil || pc.addr != peerAddr(m) || pc.down.allow(s.now())
 }
 
 func (s *peerSet) standinClient(pc *peerClient) (*transport.PeerClient, error) {
@@ -119,10 +119,11 @@ func (s *peerSet) client(m ring.Member) (*peerClient, error) {
 	if s.closed {
 		return nil, transport.ErrClosed
 	}
-	if pc := s.clients[m.Name]; pc != nil && pc.addr == m.Addr {
+	addr := peerAddr(m)
+	if pc := s.clients[m.Name]; pc != nil && pc.addr == addr {
 		return pc, nil
 	}
-	c, err := transport.NewPeerClient(m.Addr, s.cfg)
+	c, err := transport.NewPeerClient(addr, s.cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -132,7 +133,7 @@ func (s *peerSet) client(m ring.Member) (*peerClient, error) {
 	if s.clients == nil {
 		s.clients = make(map[string]*peerClient)
 	}
-	pc := &peerClient{addr: m.Addr, c: c, down: newSuspension(s.backoff)}
+	pc := &peerClient{addr: addr, c: c, down: newSuspension(s.backoff)}
 	s.clients[m.Name] = pc
 	return pc, nil
 }
@@ -142,7 +143,7 @@ func (s *peerSet) client(m ring.Member) (*peerClient, error) {
 func (s *peerSet) retain(members []ring.Member) {
 	keep := make(map[string]string, len(members))
 	for _, m := range members {
-		keep[m.Name] = m.Addr
+		keep[m.Name] = peerAddr(m)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()

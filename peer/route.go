@@ -136,10 +136,10 @@ func (n *Node) markedRoute(v *view, key string) (self bool, to ring.Member) {
 		return v.snap.PartitionOwner(p) == v.self, ring.Member{}
 	case partMoved:
 		if m, _, ok := n.ho.target(p); ok {
-			if m.Addr == "" {
+			if peerAddr(m) == "" {
 				m = n.member(m.Name)
 			}
-			if m.Addr != "" {
+			if peerAddr(m) != "" {
 				return false, m
 			}
 		}
@@ -379,10 +379,10 @@ func (n *Node) redirect(ctx context.Context, prev ring.Member, items []routed, c
 			n.fallback(ctx, prev, checks, []int{r.i}, res, fmt.Errorf("peer: %s and %s each name the other as owner", prev.Name, to.Name))
 			continue
 		}
-		if to.Addr == "" {
+		if peerAddr(to) == "" {
 			to = n.member(to.Name)
 		}
-		if to.Addr == "" {
+		if peerAddr(to) == "" {
 			n.fallback(ctx, prev, checks, []int{r.i}, res, fmt.Errorf("peer: %s names unknown owner %q", prev.Name, to.Name))
 			continue
 		}

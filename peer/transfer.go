@@ -286,7 +286,7 @@ func (n *Node) pullFrom(ctx context.Context, m ring.Member, parts []int) ([]limi
 	if errors.Is(err, transport.ErrTimeout) || errors.Is(err, errSuspended) {
 		return nil, err // it would time out again
 	}
-	if now := n.member(m.Name); now.Addr != "" {
+	if now := n.member(m.Name); peerAddr(now) != "" {
 		m = now
 	}
 	return n.pullOnce(ctx, m, parts)
@@ -511,7 +511,7 @@ func (n *Node) Pull(ctx context.Context, from string, members uint64, partitions
 		h.mu.Lock()
 		v = n.view.Load()
 		for _, p := range partitions {
-			if to.Addr != "" && (v.snap.PartitionOwner(p) == v.self || h.kinds[p].Load() == partReceived) {
+			if peerAddr(to) != "" && (v.snap.PartitionOwner(p) == v.self || h.kinds[p].Load() == partReceived) {
 				h.setLocked(p, partMoved, partDetail{to: to, pushed: closedChan, why: limit.Join})
 			}
 		}

@@ -16,8 +16,9 @@ var ErrNoMembers = errors.New("ring: no members")
 // Member is one node as the ring sees it. Name must be non-empty and unique
 // within a member list.
 type Member struct {
-	Name string // unique node name; the identity on the ring (several nodes may share an IP)
-	Addr string // gRPC address peers use to reach it; opaque to the ring
+	Name     string // unique node name; the identity on the ring (several nodes may share an IP)
+	Addr     string // client gRPC address; opaque to the ring
+	PeerAddr string // gRPC address other nodes forward and move state to; opaque to the ring
 }
 
 // Snapshot is an immutable assignment of keys to members. It is safe for

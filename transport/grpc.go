@@ -14,15 +14,17 @@ import (
 
 // GRPCConfig configures a GRPCServer.
 type GRPCConfig struct {
-	// Checker answers shardlimiter.v1.RateLimiter (clients). Without one the
-	// service answers Unavailable.
+	// Checker answers shardlimiter.v1.RateLimiter (clients). Nil: the
+	// service is not served (Unimplemented), as on a peer listener.
 	Checker Checker
 	// Local answers shardlimiter.v1.Peers (other nodes). It must decide
 	// locally and never forward again, so that a check takes one hop at
-	// most. Nil: Peers answers Unimplemented.
+	// most. Nil: Peers is not served (Unimplemented), as on a client
+	// listener: a client must not reach the call that decides without
+	// routing.
 	Local Checker
 	// State answers shardlimiter.v1.State (other nodes moving key states
-	// here). Nil: State answers Unimplemented.
+	// here). Nil: State is not served.
 	State StateService
 	// MaxBatch bounds the items of one call; a larger batch fails the whole
 	// call with InvalidArgument. Zero means DefaultMaxBatch (1000). Larger
@@ -37,12 +39,15 @@ type GRPCConfig struct {
 	ServerOptions []grpc.ServerOption
 }
 
-// GRPCServer serves RateLimiter, Peers, grpc.health.v1.Health and server
-// reflection on one port. Health reports NOT_SERVING until SetServing(true).
-// Its methods are safe for concurrent use.
+// GRPCServer serves the services its config names (RateLimiter for
+// clients; Peers and State for other nodes), grpc.health.v1.Health and
+// server reflection on one port. A node runs two: the client listener and
+// the peer listener. Health reports NOT_SERVING until SetServing(true). Its
+// methods are safe for concurrent use.
 type GRPCServer struct {
-	srv    *grpc.Server
-	health *health.Server
+	srv      *grpc.Server
+	health   *health.Server
+	services []string // registered, as health reports them
 	// stopWatches ends health Watch streams, which would otherwise keep
 	// GracefulStop waiting for as long as a client watches.
 	stopWatches context.CancelFunc
@@ -63,13 +68,19 @@ func NewGRPCServer(cfg GRPCConfig) *GRPCServer {
 		health:      health.NewServer(),
 		stopWatches: stopWatches,
 	}
-	s.srv.RegisterService(rateLimiterDesc, &rateLimiterServer{h: newBatchHandler(cfg.Checker, cfg.MaxBatch, cfg.Metrics)})
-	peers := &peersServer{}
-	if cfg.Local != nil {
-		peers.h = newBatchHandler(cfg.Local, cfg.MaxBatch, cfg.Metrics)
+	s.services = []string{""}
+	if cfg.Checker != nil {
+		s.srv.RegisterService(rateLimiterDesc, &rateLimiterServer{h: newBatchHandler(cfg.Checker, cfg.MaxBatch, cfg.Metrics)})
+		s.services = append(s.services, RateLimiterService)
 	}
-	s.srv.RegisterService(peersDesc, peers)
-	pb.RegisterStateServer(s.srv, &stateServer{s: cfg.State})
+	if cfg.Local != nil {
+		s.srv.RegisterService(peersDesc, &peersServer{h: newBatchHandler(cfg.Local, cfg.MaxBatch, cfg.Metrics)})
+		s.services = append(s.services, PeersService)
+	}
+	if cfg.State != nil {
+		pb.RegisterStateServer(s.srv, &stateServer{s: cfg.State})
+		s.services = append(s.services, StateServiceName)
+	}
 	healthgrpc.RegisterHealthServer(s.srv, &healthServer{Server: s.health, stop: watching})
 	reflection.Register(s.srv)
 	s.SetServing(false)
@@ -87,14 +98,14 @@ func serverOptions(cfg GRPCConfig) []grpc.ServerOption {
 // returns nil, and a non-nil error if lis failed.
 func (s *GRPCServer) Serve(lis net.Listener) error { return s.srv.Serve(lis) }
 
-// SetServing sets the health status of the server and of both services:
+// SetServing sets the health status of the server and of its services:
 // SERVING or NOT_SERVING. After GracefulStop or Stop it has no effect.
 func (s *GRPCServer) SetServing(serving bool) {
 	st := healthgrpc.HealthCheckResponse_NOT_SERVING
 	if serving {
 		st = healthgrpc.HealthCheckResponse_SERVING
 	}
-	for _, name := range []string{"", RateLimiterService, PeersService, StateServiceName} {
+	for _, name := range s.services {
 		s.health.SetServingStatus(name, st)
 	}
 }

@@ -123,7 +123,7 @@ func TestGRPCCallErrors(t *testing.T) {
 		{name: "other failure", items: 1, checker: &fakeChecker{err: errors.New("disk on fire")}, want: codes.Internal},
 		{name: "short answer", items: 2, want: codes.Internal,
 			checker: CheckerFunc(func(context.Context, []limit.Check) ([]limit.Result, error) { return nil, nil })},
-		{name: "no checker", items: 1, want: codes.Unavailable, wantIs: ErrUnavailable},
+		{name: "no checker: not served", items: 1, want: codes.Unimplemented},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -212,7 +212,7 @@ func TestGRPCMalformedRequest(t *testing.T) {
 
 func TestGRPCHealth(t *testing.T) {
 	t.Parallel()
-	srv, target, dialer := startGRPC(t, GRPCConfig{Checker: &fakeChecker{}})
+	srv, target, dialer := startGRPC(t, GRPCConfig{Checker: &fakeChecker{}, Local: &fakeChecker{}})
 	health := healthgrpc.NewHealthClient(dialConn(t, target, dialer))
 	check := func(service string) healthgrpc.HealthCheckResponse_ServingStatus {
 		resp, err := health.Check(ctxTimeout(t), &healthgrpc.HealthCheckRequest{Service: service})
@@ -246,7 +246,7 @@ func ptr[T any](v T) *T { return &v }
 
 func TestGRPCReflection(t *testing.T) {
 	t.Parallel()
-	_, target, dialer := startGRPC(t, GRPCConfig{Checker: &fakeChecker{}})
+	_, target, dialer := startGRPC(t, GRPCConfig{Checker: &fakeChecker{}, Local: &fakeChecker{}})
 	refl := reflectionpb.NewServerReflectionClient(dialConn(t, target, dialer))
 	stream, err := refl.ServerReflectionInfo(ctxTimeout(t))
 	if err != nil {
@@ -269,6 +269,35 @@ func TestGRPCReflection(t *testing.T) {
 		if !slices.Contains(names, want) {
 			t.Errorf("reflection lists %q, want it to contain %q", names, want)
 		}
+	}
+}
+
+// TestGRPCServesOnlyItsServices: a client listener (Checker only) does not
+// serve Peers or State, so no client can reach the call that decides
+// without routing; a peer listener (Local, State) does not serve the
+// client API.
+func TestGRPCServesOnlyItsServices(t *testing.T) {
+	t.Parallel()
+	client := &fakeChecker{}
+	_, target, dialer := startGRPC(t, GRPCConfig{Checker: client})
+	conn := dialConn(t, target, dialer)
+	if err := conn.Invoke(ctxTimeout(t), pb.Peers_ForwardRateLimits_FullMethodName, &pb.GetRateLimitsRequest{}, &pb.GetRateLimitsResponse{}); status.Code(err) != codes.Unimplemented {
+		t.Errorf("Peers on the client listener = %v, want Unimplemented", err)
+	}
+	if err := conn.Invoke(ctxTimeout(t), pb.State_Pull_FullMethodName, &pb.PullStateRequest{}, &pb.PullStateResponse{}); status.Code(err) != codes.Unimplemented {
+		t.Errorf("State on the client listener = %v, want Unimplemented", err)
+	}
+	health := healthgrpc.NewHealthClient(conn)
+	if _, err := health.Check(ctxTimeout(t), &healthgrpc.HealthCheckRequest{Service: PeersService}); status.Code(err) != codes.NotFound {
+		t.Errorf("Health.Check(Peers) on the client listener = %v, want NotFound", err)
+	}
+
+	_, ptarget, pdialer := startGRPC(t, GRPCConfig{Local: &fakeChecker{}})
+	if _, err := dialClient(t, ptarget, pdialer).GetRateLimits(ctxTimeout(t), []limit.Check{mkCheck("k", 1)}); status.Code(err) != codes.Unimplemented {
+		t.Errorf("RateLimiter on the peer listener = %v, want Unimplemented", err)
+	}
+	if n := len(client.got()); n != 0 {
+		t.Errorf("the client Checker got %d calls, want 0", n)
 	}
 }
 

@@ -65,6 +65,21 @@ func NewHTTPHandler(cfg HTTPConfig) http.Handler {
 	return h
 }
 
+// NewHealthHandler serves only GET /healthz and GET /readyz, as
+// NewHTTPHandler does with cfg.Ready = ready; every other path is a 404. It
+// is meant for a plain-HTTP listener of its own, for kubelet probes when
+// the API listener requires TLS client certificates.
+func NewHealthHandler(ready func() bool) http.Handler {
+	h := &httpHandler{cfg: HTTPConfig{Ready: ready}}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/healthz" && r.URL.Path != "/readyz" {
+			writeError(w, http.StatusNotFound, "transport: only /healthz and /readyz are served here")
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
 type httpHandler struct {
 	cfg   HTTPConfig
 	batch *batchHandler

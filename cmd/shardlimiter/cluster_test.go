@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -24,9 +23,10 @@ import (
 
 // proc is one shardlimiter process of a multi-process test.
 type proc struct {
-	name       string
-	cmd        *exec.Cmd
-	http, grpc string
+	name             string
+	cmd              *exec.Cmd
+	http, grpc, peer string
+	stderr           *syncBuffer
 }
 
 func buildBinary(t *testing.T) string {
@@ -70,14 +70,16 @@ func freeGossipPort(t *testing.T, hosts ...string) int {
 	return 0
 }
 
-func startProc(t *testing.T, bin, host string, gossipPort int, join string) *proc {
+// startProc starts the binary on host with extra flags, and returns once it
+// printed its serving line. Its stderr is kept, and shown if the test fails.
+func startProc(t *testing.T, bin, host string, gossipPort int, join string, extra ...string) *proc {
 	t.Helper()
-	p := &proc{name: "node-" + host}
-	p.cmd = exec.Command(bin,
-		"--http-addr", host+":0", "--grpc-addr", host+":0",
+	p := &proc{name: "node-" + host, stderr: &syncBuffer{}}
+	p.cmd = exec.Command(bin, append([]string{
+		"--http-addr", host + ":0", "--grpc-addr", host + ":0", "--peer-addr", host + ":0",
 		"--gossip-addr", net.JoinHostPort(host, strconv.Itoa(gossipPort)),
-		"--node-name", p.name, "--join", join, "--log-level", "warn", "--shutdown-grace", "0s")
-	p.cmd.Stderr = os.Stderr
+		"--node-name", p.name, "--join", join, "--log-level", "warn", "--shutdown-grace", "0s"}, extra...)...)
+	p.cmd.Stderr = p.stderr
 	stdout, err := p.cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -88,10 +90,13 @@ func startProc(t *testing.T, bin, host string, gossipPort int, join string) *pro
 	t.Cleanup(func() {
 		p.cmd.Process.Kill()
 		p.cmd.Wait()
+		if t.Failed() {
+			t.Logf("%s stderr:\n%s", p.name, p.stderr)
+		}
 	})
 	line, err := bufio.NewReader(stdout).ReadString('\n')
 	if err != nil {
-		t.Fatalf("%s: no serving line: %v", p.name, err)
+		t.Fatalf("%s: no serving line: %v\n%s", p.name, err, p.stderr)
 	}
 	for _, f := range strings.Fields(line) {
 		if v, ok := strings.CutPrefix(f, "http="); ok {
@@ -99,6 +104,9 @@ func startProc(t *testing.T, bin, host string, gossipPort int, join string) *pro
 		}
 		if v, ok := strings.CutPrefix(f, "grpc="); ok {
 			p.grpc = v
+		}
+		if v, ok := strings.CutPrefix(f, "peer="); ok {
+			p.peer = v
 		}
 	}
 	return p

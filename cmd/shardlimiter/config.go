@@ -23,7 +23,12 @@ const envPrefix = "SHARDLIMITER_"
 type config struct {
 	httpAddr      string
 	grpcAddr      string
+	peerAddr      string
+	healthAddr    string // empty: no separate health listener
 	gossipAddr    string
+	gossipKeyFile string
+	peerTLS       tlsFiles
+	clientTLS     tlsFiles // ca is the client CA: set means mTLS
 	advertiseAddr string
 	join          []string
 	nodeName      string
@@ -54,8 +59,17 @@ func newFlagSet(name string, out io.Writer) (*flag.FlagSet, map[string]*string) 
 		raw[name] = fs.String(name, value, usage+" (env "+envName(name)+")")
 	}
 	def("http-addr", ":8080", "HTTP listen address: JSON API, /healthz, /readyz, /metrics, /v1/cluster")
-	def("grpc-addr", ":8081", "gRPC listen address: client API and peer forwarding")
+	def("grpc-addr", ":8081", "gRPC listen address: the client API (RateLimiter, health, reflection)")
+	def("peer-addr", ":8082", "gRPC listen address for other nodes only: forwarded checks and state transfer (Peers, State)")
+	def("health-addr", "", "optional plain-HTTP listen address serving only /healthz and /readyz, for kubelet probes when the HTTP API uses TLS; empty = none")
 	def("gossip-addr", ":7946", "gossip (memberlist) listen address, TCP and UDP")
+	def("gossip-key-file", "", "file of base64 AES keys (16, 24 or 32 bytes), one per line: the first encrypts, all decrypt; re-read when it changes or on SIGHUP; empty = gossip in plaintext")
+	def("peer-tls-cert-file", "", "PEM certificate this node presents to peers, both as server and as client (mTLS); reloaded when it changes")
+	def("peer-tls-key-file", "", "PEM private key of --peer-tls-cert-file")
+	def("peer-tls-ca-file", "", "PEM CA bundle peers' certificates must chain to; with the two above turns on peer mTLS")
+	def("tls-cert-file", "", "PEM certificate for the client gRPC and HTTP listeners; turns on TLS there; reloaded when it changes")
+	def("tls-key-file", "", "PEM private key of --tls-cert-file")
+	def("tls-client-ca-file", "", "PEM CA bundle client certificates must chain to; requires client certificates (mTLS)")
 	def("advertise-addr", "", "host or IP peers use to reach this node (in Kubernetes the pod IP); default: the listen host, else the first non-loopback address")
 	def("join", "", "comma-separated host:port seeds or DNS names to join; a DNS name joins every address it resolves to; empty = cluster of one")
 	def("node-name", "", "unique node name; default: <hostname>-<advertise host>-<gossip port>")
@@ -106,12 +120,21 @@ func validate(raw map[string]*string) (config, error) {
 	c := config{
 		httpAddr:      *raw["http-addr"],
 		grpcAddr:      *raw["grpc-addr"],
+		peerAddr:      *raw["peer-addr"],
+		healthAddr:    *raw["health-addr"],
 		gossipAddr:    *raw["gossip-addr"],
+		gossipKeyFile: *raw["gossip-key-file"],
+		peerTLS:       tlsFiles{cert: *raw["peer-tls-cert-file"], key: *raw["peer-tls-key-file"], ca: *raw["peer-tls-ca-file"]},
+		clientTLS:     tlsFiles{cert: *raw["tls-cert-file"], key: *raw["tls-key-file"], ca: *raw["tls-client-ca-file"]},
 		advertiseAddr: *raw["advertise-addr"],
 		nodeName:      *raw["node-name"],
 		logFormat:     *raw["log-format"],
 	}
-	for _, name := range []string{"http-addr", "grpc-addr", "gossip-addr"} {
+	addrs := []string{"http-addr", "grpc-addr", "peer-addr", "gossip-addr"}
+	if c.healthAddr != "" {
+		addrs = append(addrs, "health-addr")
+	}
+	for _, name := range addrs {
 		if _, port, err := net.SplitHostPort(*raw[name]); err != nil {
 			bad(name, "want host:port, got %q", *raw[name])
 		} else if p, err := strconv.Atoi(port); err != nil || p < 0 || p > 65535 {
@@ -153,6 +176,14 @@ func validate(raw map[string]*string) (config, error) {
 	}
 	if c.handoff, err = time.ParseDuration(*raw["handoff-timeout"]); err != nil || c.handoff <= 0 {
 		bad("handoff-timeout", "want a positive duration like 5s, got %q", *raw["handoff-timeout"])
+	}
+	if p := c.peerTLS; p != (tlsFiles{}) && (p.cert == "" || p.key == "" || p.ca == "") {
+		bad("peer-tls-cert-file", "peer mTLS needs all three of --peer-tls-cert-file, --peer-tls-key-file and --peer-tls-ca-file")
+	}
+	if p := c.clientTLS; (p.cert == "") != (p.key == "") {
+		bad("tls-cert-file", "TLS needs both --tls-cert-file and --tls-key-file")
+	} else if p.ca != "" && p.cert == "" {
+		bad("tls-client-ca-file", "client certificates need TLS: set --tls-cert-file and --tls-key-file too")
 	}
 	if c.pprof, err = strconv.ParseBool(*raw["pprof"]); err != nil {
 		bad("pprof", "want true or false, got %q", *raw["pprof"])
@@ -202,6 +233,9 @@ func defaultNodeName(host string, gossipPort int) string {
 	}
 	return fmt.Sprintf("%s-%s-%d", h, host, gossipPort)
 }
+
+// tlsFiles names the PEM files of one TLS setting; all empty means off.
+type tlsFiles struct{ cert, key, ca string }
 
 // boolString is a boolean flag (--pprof alone means true) kept as a string
 // so that it is validated with the environment like every other flag.

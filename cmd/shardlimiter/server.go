@@ -16,6 +16,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 
 	"github.com/shardlimiter/shardlimiter/gossip"
 	"github.com/shardlimiter/shardlimiter/peer"
@@ -27,41 +29,68 @@ var _ peer.Gossip = (*gossip.Membership)(nil)
 
 // server is one running node: its listeners, gossip, node and API servers.
 type server struct {
-	cfg      config
-	log      *slog.Logger
-	httpLis  net.Listener
-	grpcLis  net.Listener
-	gossip   *gossip.Membership
-	node     *peer.Node
-	grpc     *transport.GRPCServer
-	http     *http.Server
-	grpcAddr string // advertised
+	cfg       config
+	log       *slog.Logger
+	sec       *security
+	httpLis   net.Listener
+	grpcLis   net.Listener
+	peerLis   net.Listener
+	healthLis net.Listener // nil without --health-addr
+	gossip    *gossip.Membership
+	node      *peer.Node
+	grpc      *transport.GRPCServer // client API
+	peers     *transport.GRPCServer // peer RPCs
+	http      *http.Server
+	health    *http.Server // nil without --health-addr
+	grpcAddr  string       // advertised
+	peerAddr  string       // advertised
 }
 
-// newServer binds the HTTP and gRPC listeners and builds everything; the
-// gossip sockets are bound when the node runs.
+// newServer reads the keys and certificates, binds the HTTP, gRPC and peer
+// listeners and builds everything; the gossip sockets are bound when the
+// node runs.
 func newServer(cfg config, log *slog.Logger) (s *server, err error) {
 	s = &server{cfg: cfg, log: log}
-	if s.grpcLis, err = net.Listen("tcp", cfg.grpcAddr); err != nil {
-		return nil, fmt.Errorf("grpc listener: %w", err)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if s.sec, err = loadSecurity(cfg, log, reg); err != nil {
+		return nil, err
 	}
+	var opened []net.Listener
 	defer func() {
 		if err != nil {
-			s.grpcLis.Close()
+			for _, l := range opened {
+				l.Close()
+			}
 		}
 	}()
-	if s.httpLis, err = net.Listen("tcp", cfg.httpAddr); err != nil {
-		return nil, fmt.Errorf("http listener: %w", err)
-	}
-	defer func() {
+	listen := func(name, addr string) (net.Listener, error) {
+		l, err := net.Listen("tcp", addr)
 		if err != nil {
-			s.httpLis.Close()
+			return nil, fmt.Errorf("%s listener: %w", name, err)
 		}
-	}()
+		opened = append(opened, l)
+		return l, nil
+	}
+	if s.grpcLis, err = listen("grpc", cfg.grpcAddr); err != nil {
+		return nil, err
+	}
+	if s.peerLis, err = listen("peer", cfg.peerAddr); err != nil {
+		return nil, err
+	}
+	if s.httpLis, err = listen("http", cfg.httpAddr); err != nil {
+		return nil, err
+	}
+	if cfg.healthAddr != "" {
+		if s.healthLis, err = listen("health", cfg.healthAddr); err != nil {
+			return nil, err
+		}
+	}
 
 	host := advertiseHost(cfg)
 	grpcPort := s.grpcLis.Addr().(*net.TCPAddr).Port
 	s.grpcAddr = net.JoinHostPort(host, strconv.Itoa(grpcPort))
+	s.peerAddr = net.JoinHostPort(host, strconv.Itoa(s.peerLis.Addr().(*net.TCPAddr).Port))
 	name := cfg.nodeName
 	if name == "" {
 		_, gp, _ := net.SplitHostPort(cfg.gossipAddr)
@@ -72,8 +101,6 @@ func newServer(cfg config, log *slog.Logger) (s *server, err error) {
 		name = defaultNodeName(host, port)
 	}
 
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	tm := transport.NewMetrics(reg)
 
 	s.gossip, err = gossip.New(gossip.Config{
@@ -81,19 +108,31 @@ func newServer(cfg config, log *slog.Logger) (s *server, err error) {
 		BindAddr:      cfg.gossipAddr,
 		AdvertiseAddr: cfg.advertiseAddr,
 		GRPCAddr:      s.grpcAddr,
+		PeerAddr:      s.peerAddr,
 		Seeds:         cfg.join,
+		Keys:          s.sec.keys,
 		Logger:        log.With("component", "gossip"),
 	})
 	if err != nil {
 		return nil, err
 	}
+	s.sec.members = s.gossip
+	registerGossipMetrics(reg, s.gossip)
+	peerCfg := transport.PeerConfig{Timeout: cfg.peerTimeout, Metrics: tm}
+	var peerServerOpts []grpc.ServerOption
+	if s.sec.peer != nil {
+		peerCfg.DialOptions = []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(s.sec.peer.ClientConfig()))}
+		peerServerOpts = []grpc.ServerOption{grpc.Creds(transport.ServerCredentials(
+			s.sec.peer.ServerConfig(true, "h2"), transport.ListenerPeer, s.sec.refusal))}
+	}
 	s.node, err = peer.New(peer.Config{
 		Name:                name,
 		GRPCAddr:            s.grpcAddr,
+		PeerAddr:            s.peerAddr,
 		Gossip:              s.gossip,
 		MaxKeys:             cfg.maxKeys,
 		FailPolicy:          cfg.failPolicy,
-		Peer:                transport.PeerConfig{Timeout: cfg.peerTimeout, Metrics: tm},
+		Peer:                peerCfg,
 		ReplicationInterval: cfg.replication,
 		HandoffTimeout:      cfg.handoff,
 		Registerer:          reg,
@@ -102,12 +141,22 @@ func newServer(cfg config, log *slog.Logger) (s *server, err error) {
 	if err != nil {
 		return nil, err
 	}
+	var clientOpts []grpc.ServerOption
+	if tc := s.sec.serverTLS("h2"); tc != nil {
+		clientOpts = append(clientOpts, grpc.Creds(transport.ServerCredentials(tc, transport.ListenerGRPC, s.sec.refusal)))
+	}
 	s.grpc = transport.NewGRPCServer(transport.GRPCConfig{
-		Checker:  s.node,
-		Local:    transport.CheckerFunc(s.node.CheckLocal),
-		State:    s.node,
-		MaxBatch: cfg.maxBatch,
-		Metrics:  tm,
+		Checker:       s.node,
+		MaxBatch:      cfg.maxBatch,
+		Metrics:       tm,
+		ServerOptions: clientOpts,
+	})
+	s.peers = transport.NewGRPCServer(transport.GRPCConfig{
+		Local:         transport.CheckerFunc(s.node.CheckLocal),
+		State:         s.node,
+		MaxBatch:      cfg.maxBatch,
+		Metrics:       tm,
+		ServerOptions: peerServerOpts,
 	})
 	var handler http.Handler = transport.NewHTTPHandler(transport.HTTPConfig{
 		Checker:   s.node,
@@ -125,7 +174,28 @@ func newServer(cfg config, log *slog.Logger) (s *server, err error) {
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
+	if tc := s.sec.serverTLS("h2", "http/1.1"); tc != nil {
+		s.httpLis = transport.TLSListener(s.httpLis, tc, transport.ListenerHTTP, s.sec.refusal)
+	}
+	if s.healthLis != nil {
+		s.health = &http.Server{
+			Handler:           transport.NewHealthHandler(s.node.Ready),
+			ReadHeaderTimeout: 10 * time.Second,
+			ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		}
+	}
 	return s, nil
+}
+
+// registerGossipMetrics exports the gossip refused for a key mismatch.
+func registerGossipMetrics(reg prometheus.Registerer, m *gossip.Membership) {
+	for _, reason := range gossip.RejectedReasons {
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Namespace: "shardlimiter", Subsystem: "gossip", Name: "rejected_total",
+			Help:        "Gossip messages and streams from other nodes refused, by reason: wrong_key (no key held opens it), plaintext (this node requires encryption), encrypted (this node has no keys).",
+			ConstLabels: prometheus.Labels{"reason": reason},
+		}, func() float64 { return float64(m.Rejected(reason)) }))
+	}
 }
 
 // serve runs until ctx is done, then shuts down gracefully:
@@ -141,28 +211,51 @@ func (s *server) serve(ctx context.Context, stdout io.Writer) error {
 	nodeCtx, stopNode := context.WithCancel(context.Background())
 	defer stopNode()
 	var wg sync.WaitGroup
-	errc := make(chan error, 3)
+	errc := make(chan error, 5)
 	wg.Go(func() {
 		if err := s.node.Run(nodeCtx); err != nil {
 			errc <- fmt.Errorf("node: %w", err)
 		}
 	})
-	wg.Go(func() {
-		if err := s.grpc.Serve(s.grpcLis); err != nil {
-			errc <- fmt.Errorf("grpc: %w", err)
+	wg.Go(func() { s.sec.run(nodeCtx, s.cfg) })
+	for name, g := range map[string]*transport.GRPCServer{"grpc": s.grpc, "peer": s.peers} {
+		lis := s.grpcLis
+		if g == s.peers {
+			lis = s.peerLis
 		}
-	})
-	wg.Go(func() {
-		if err := s.http.Serve(s.httpLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			errc <- fmt.Errorf("http: %w", err)
+		wg.Go(func() {
+			if err := g.Serve(lis); err != nil {
+				errc <- fmt.Errorf("%s: %w", name, err)
+			}
+		})
+	}
+	for name, h := range map[string]*http.Server{"http": s.http, "health": s.health} {
+		lis := s.httpLis
+		if h == nil {
+			continue
+		} else if h == s.health {
+			lis = s.healthLis
 		}
-	})
+		wg.Go(func() {
+			if err := h.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				errc <- fmt.Errorf("%s: %w", name, err)
+			}
+		})
+	}
+	s.sec.warn()
 	healthCtx, stopHealth := context.WithCancel(context.Background())
 	healthDone := make(chan struct{})
 	go func() { defer close(healthDone); s.followReadiness(healthCtx) }()
 	s.log.Info("serving", "node", s.node.Name(), "http", s.httpLis.Addr().String(),
-		"grpc", s.grpcLis.Addr().String(), "advertise", s.grpcAddr, "join", s.cfg.join)
-	fmt.Fprintf(stdout, "serving node=%s http=%s grpc=%s\n", s.node.Name(), s.httpLis.Addr(), s.grpcLis.Addr())
+		"grpc", s.grpcLis.Addr().String(), "peer", s.peerLis.Addr().String(),
+		"advertise", s.grpcAddr, "advertise_peer", s.peerAddr, "join", s.cfg.join,
+		"client_tls", s.sec.client != nil, "client_certificates", s.sec.clientCA,
+		"peer_tls", s.sec.peer != nil, "gossip_encrypted", s.gossip.Encrypted())
+	health := ""
+	if s.healthLis != nil {
+		health = " health=" + s.healthLis.Addr().String()
+	}
+	fmt.Fprintf(stdout, "serving node=%s http=%s grpc=%s peer=%s%s\n", s.node.Name(), s.httpLis.Addr(), s.grpcLis.Addr(), s.peerLis.Addr(), health)
 
 	var runErr error
 	select {
@@ -195,22 +288,29 @@ func (s *server) stopServers() {
 	ctx, cancel := context.WithTimeout(context.Background(), deadline)
 	defer cancel()
 	var wg sync.WaitGroup
-	wg.Go(func() {
-		if err := s.http.Shutdown(ctx); err != nil {
-			s.log.Warn("http shutdown", "err", err)
-			s.http.Close()
+	for _, h := range []*http.Server{s.http, s.health} {
+		if h == nil {
+			continue
 		}
-	})
-	wg.Go(func() {
-		done := make(chan struct{})
-		go func() { s.grpc.GracefulStop(); close(done) }()
-		select {
-		case <-done:
-		case <-ctx.Done():
-			s.grpc.Stop()
-			<-done
-		}
-	})
+		wg.Go(func() {
+			if err := h.Shutdown(ctx); err != nil {
+				s.log.Warn("http shutdown", "err", err)
+				h.Close()
+			}
+		})
+	}
+	for _, g := range []*transport.GRPCServer{s.grpc, s.peers} {
+		wg.Go(func() {
+			done := make(chan struct{})
+			go func() { g.GracefulStop(); close(done) }()
+			select {
+			case <-done:
+			case <-ctx.Done():
+				g.Stop()
+				<-done
+			}
+		})
+	}
 	wg.Wait()
 }
 
@@ -235,11 +335,15 @@ func (s *server) followReadiness(ctx context.Context) {
 	t := time.NewTicker(100 * time.Millisecond)
 	defer t.Stop()
 	last := false
-	s.grpc.SetServing(false)
-	defer s.grpc.SetServing(false)
+	set := func(ready bool) {
+		s.grpc.SetServing(ready)
+		s.peers.SetServing(ready)
+	}
+	set(false)
+	defer set(false)
 	for {
 		if ready := s.node.Ready(); ready != last {
-			s.grpc.SetServing(ready)
+			set(ready)
 			last = ready
 		}
 		select {

@@ -29,7 +29,7 @@ import (
 
 // served is a shardlimiter started by run() in this process.
 type served struct {
-	http, grpc string
+	http, grpc, peer, health string
 	stop       context.CancelFunc
 	exit       chan int
 	stderr     *syncBuffer
@@ -56,7 +56,7 @@ func (s *syncBuffer) String() string {
 // for its "serving" line.
 func serve(t *testing.T, extra ...string) *served {
 	t.Helper()
-	args := append([]string{"--http-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0", "--gossip-addr", "127.0.0.1:0", "--log-level", "warn"}, extra...)
+	args := append([]string{"--http-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0", "--peer-addr", "127.0.0.1:0", "--gossip-addr", "127.0.0.1:0", "--log-level", "warn"}, extra...)
 	ctx, cancel := context.WithCancel(context.Background())
 	pr, pw := io.Pipe()
 	s := &served{stop: cancel, exit: make(chan int, 1), stderr: &syncBuffer{}}
@@ -75,6 +75,12 @@ func serve(t *testing.T, extra ...string) *served {
 		}
 		if v, ok := strings.CutPrefix(f, "grpc="); ok {
 			s.grpc = v
+		}
+		if v, ok := strings.CutPrefix(f, "peer="); ok {
+			s.peer = v
+		}
+		if v, ok := strings.CutPrefix(f, "health="); ok {
+			s.health = v
 		}
 	}
 	t.Cleanup(func() {
