@@ -225,6 +225,7 @@ func New(cfg Config) (*Node, error) {
 	}
 	n.keyBufs.New = func() any { return &keyBuf{b: make([]byte, 0, 64)} }
 	n.peers.cfg, n.peers.backoff, n.peers.self = cfg.Peer, cfg.PeerBackoff, cfg.Name
+	n.peers.log = n.log
 	// Suspensions measure real time: Config.Now is the clock of decisions,
 	// which tests may hold still.
 	n.peers.now = func() int64 { return time.Now().UnixNano() }

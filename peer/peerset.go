@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -20,6 +21,7 @@ type peerSet struct {
 	self    string        // this node's name, sent with state transfers
 	backoff time.Duration // first suspension after a failed forward
 	now     func() int64  // the suspensions' clock, Unix ns
+	log     *slog.Logger
 	mu      sync.Mutex
 	clients map[string]*peerClient // guarded by mu
 	closed  bool                   // guarded by mu
@@ -61,9 +63,16 @@ func (s *peerSet) forward(ctx context.Context, owner ring.Member, checks []limit
 	out, err := c.Forward(ctx, checks)
 	switch {
 	case err == nil:
-		pc.down.succeeded()
+		if pc.down.succeeded() {
+			s.log.Info("peer answers again", "peer", owner.Name, "addr", pc.addr)
+		}
 	case ctx.Err() == nil && (errors.Is(err, transport.ErrTimeout) || errors.Is(err, transport.ErrUnavailable)):
-		pc.down.failed(s.now()) // the time of the failure, not of the send
+		// The time of the failure, not of the send. Logged once per outage:
+		// the first failure after an answer (a refused TLS handshake shows
+		// here, with the reason, on the forwarding side).
+		if pc.down.failed(s.now()) {
+			s.log.Warn("forward to peer failed; its checks follow the fail policy while it is suspended", "peer", owner.Name, "addr", pc.addr, "err", err)
+		}
 	}
 	return out, err
 }

@@ -36,12 +36,19 @@ func newSuspension(first time.Duration) *suspension {
 func (s *suspension) allow(now int64) bool { return now >= s.until.Load() }
 
 // failed records a forward that timed out or was refused at now.
-func (s *suspension) failed(now int64) {
-	b := min(max(2*s.backoff.Load(), s.first), maxBackoffFactor*s.first)
+// It reports whether this failure follows an answer (or is the first): the
+// start of an outage.
+func (s *suspension) failed(now int64) (first bool) {
+	prev := s.backoff.Load()
+	b := min(max(2*prev, s.first), maxBackoffFactor*s.first)
 	s.backoff.Store(b)
 	s.until.Store(now + b)
+	return prev == 0
 }
 
 // succeeded records a forward that was answered: the next failure starts
-// the back-off from first again.
-func (s *suspension) succeeded() { s.backoff.Store(0) }
+// the back-off from first again. It reports whether this ends an outage.
+// The common case, no outage, only reads.
+func (s *suspension) succeeded() (recovered bool) {
+	return s.backoff.Load() != 0 && s.backoff.Swap(0) != 0
+}

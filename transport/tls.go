@@ -29,7 +29,7 @@ const HandshakeTimeout = 10 * time.Second
 const (
 	RefusedPlaintext     = "plaintext"       // the client does not speak TLS
 	RefusedNoCertificate = "no_certificate"  // mTLS: the client sent no certificate
-	RefusedBadCert       = "bad_certificate" // unknown CA, expired, wrong usage
+	RefusedBadCert       = "bad_certificate" // unknown CA, expired, wrong usage; or the client refused ours
 	RefusedOther         = "other"           // timeout, reset, protocol error
 )
 
@@ -45,7 +45,6 @@ func refusedReason(err error) string {
 	var rh tls.RecordHeaderError
 	var unknownCA x509.UnknownAuthorityError
 	var invalid x509.CertificateInvalidError
-	var alert tls.AlertError
 	switch {
 	case errors.As(err, &rh):
 		return RefusedPlaintext
@@ -53,12 +52,20 @@ func refusedReason(err error) string {
 		return RefusedBadCert
 	case strings.Contains(err.Error(), "didn't provide a certificate"):
 		return RefusedNoCertificate
-	case errors.As(err, &alert) && (alert == 42 || alert == 45 || alert == 46 || alert == 48):
-		// The client refused our certificate: bad, expired, unknown or
-		// unknown CA (RFC 8446 §6.2).
+	case remoteCertAlert(err.Error()):
+		// The client refused our certificate: each end holds another CA's.
 		return RefusedBadCert
 	}
 	return RefusedOther
+}
+
+// remoteCertAlert reports whether msg is the other end's alert about our
+// certificate (RFC 8446 §6.2: bad_certificate, certificate_expired,
+// certificate_unknown, unknown_ca), as crypto/tls words it. crypto/tls
+// does not export the alert type of a TCP connection, hence the text.
+func remoteCertAlert(msg string) bool {
+	rest, ok := strings.CutPrefix(msg, "remote error: tls: ")
+	return ok && (strings.Contains(rest, "certificate") || strings.Contains(rest, "unknown certificate authority"))
 }
 
 // ServerCredentials returns gRPC server credentials for cfg (the server's
