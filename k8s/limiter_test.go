@@ -20,6 +20,7 @@ const limiterContainerName = "shardlimiter"
 const (
 	defaultHTTPAddr      = ":8080"
 	defaultGRPCAddr      = ":8081"
+	defaultPeerAddr      = ":8082"
 	defaultGossipAddr    = ":7946"
 	defaultShutdownGrace = 5 * time.Second
 	// defaultHandoffTimeout is --handoff-timeout's default.
@@ -167,6 +168,19 @@ func (p *limiterPod) httpPort(t *testing.T) int32 {
 
 func (p *limiterPod) grpcPort(t *testing.T) int32 {
 	return p.addrPort(t, "SHARDLIMITER_GRPC_ADDR", defaultGRPCAddr)
+}
+
+func (p *limiterPod) peerPort(t *testing.T) int32 {
+	return p.addrPort(t, "SHARDLIMITER_PEER_ADDR", defaultPeerAddr)
+}
+
+// healthPort is the port of --health-addr; the test fails if it is unset.
+func (p *limiterPod) healthPort(t *testing.T) int32 {
+	t.Helper()
+	if _, ok := p.Env["SHARDLIMITER_HEALTH_ADDR"]; !ok {
+		t.Fatal("SHARDLIMITER_HEALTH_ADDR is not set")
+	}
+	return p.addrPort(t, "SHARDLIMITER_HEALTH_ADDR", "")
 }
 
 func (p *limiterPod) gossipPort(t *testing.T) int32 {

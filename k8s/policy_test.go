@@ -95,8 +95,9 @@ func checkResources(t *testing.T, _ *rendered, p *limiterPod, _ overlayWant) {
 	}
 }
 
-// checkNetworkPolicy: a policy selects the limiter pods, gossip is open to
-// members only, and gRPC (client and peer API) stays open to everyone.
+// checkNetworkPolicy: a policy selects the limiter pods, gossip and the
+// peer port are open to members only, and the client gRPC port stays open
+// to everyone.
 func checkNetworkPolicy(t *testing.T, r *rendered, p *limiterPod, _ overlayWant) {
 	var mine []*networkingv1.NetworkPolicy
 	for _, np := range r.NetworkPolicies {
@@ -108,7 +109,7 @@ func checkNetworkPolicy(t *testing.T, r *rendered, p *limiterPod, _ overlayWant)
 		t.Fatalf("no NetworkPolicy selects the limiter pods (labels %v)", p.Template.Labels)
 	}
 	gossip := map[corev1.Protocol]bool{}
-	grpcOpen := false
+	grpcOpen, peerAllowed := false, false
 	for _, np := range mine {
 		for _, rule := range np.Spec.Ingress {
 			for _, proto := range []corev1.Protocol{corev1.ProtocolTCP, corev1.ProtocolUDP} {
@@ -123,10 +124,19 @@ func checkNetworkPolicy(t *testing.T, r *rendered, p *limiterPod, _ overlayWant)
 			if len(rule.From) == 0 && ruleAllowsPort(rule, p, "grpc", corev1.ProtocolTCP) {
 				grpcOpen = true
 			}
+			if ruleAllowsPort(rule, p, "peer", corev1.ProtocolTCP) {
+				if !fromMembersOnly(t, rule, p) {
+					t.Errorf("NetworkPolicy %s lets non-members reach the peer port: %+v", np.Name, rule.From)
+				}
+				peerAllowed = true
+			}
 		}
 	}
 	if !gossip[corev1.ProtocolTCP] || !gossip[corev1.ProtocolUDP] {
 		t.Errorf("gossip allowed for TCP %v, UDP %v; want both, from members", gossip[corev1.ProtocolTCP], gossip[corev1.ProtocolUDP])
+	}
+	if !peerAllowed {
+		t.Error("the peer port is not open to members: forwarding and handoff would fail")
 	}
 	if !grpcOpen {
 		t.Error("the gRPC port is not open to all sources: applications could not call the limiter")

@@ -22,6 +22,7 @@ import (
 var networkEnv = map[string]bool{
 	"SHARDLIMITER_HTTP_ADDR":      true,
 	"SHARDLIMITER_GRPC_ADDR":      true,
+	"SHARDLIMITER_PEER_ADDR":      true,
 	"SHARDLIMITER_GOSSIP_ADDR":    true,
 	"SHARDLIMITER_ADVERTISE_ADDR": true,
 	"SHARDLIMITER_JOIN":           true,
@@ -107,7 +108,7 @@ func (n *node) url(path string) string { return "http://" + n.http + path }
 // the network variables are replaced by free loopback ports.
 func startNode(t *testing.T, bin string, p *limiterPod, name, join string) *node {
 	t.Helper()
-	gossip, tcp := freePorts(t, 2)
+	gossip, tcp := freePorts(t, 3)
 	n := &node{
 		http:   fmt.Sprintf("127.0.0.1:%d", tcp[0]),
 		gossip: fmt.Sprintf("127.0.0.1:%d", gossip),
@@ -121,6 +122,7 @@ func startNode(t *testing.T, bin string, p *limiterPod, name, join string) *node
 	env = append(env,
 		"SHARDLIMITER_HTTP_ADDR="+n.http,
 		fmt.Sprintf("SHARDLIMITER_GRPC_ADDR=127.0.0.1:%d", tcp[1]),
+		fmt.Sprintf("SHARDLIMITER_PEER_ADDR=127.0.0.1:%d", tcp[2]),
 		"SHARDLIMITER_GOSSIP_ADDR="+n.gossip,
 		"SHARDLIMITER_ADVERTISE_ADDR=127.0.0.1",
 		"SHARDLIMITER_NODE_NAME="+name,

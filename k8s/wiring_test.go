@@ -124,8 +124,9 @@ func checkWorkload(t *testing.T, r *rendered, p *limiterPod, want overlayWant) {
 	}
 }
 
-// checkPorts: the container ports named http, grpc, gossip-tcp and
-// gossip-udp are the ports of the listen addresses the binary is given.
+// checkPorts: the container ports named http, grpc, peer, gossip-tcp and
+// gossip-udp (and health, where --health-addr is set) are the ports of the
+// listen addresses the binary is given.
 func checkPorts(t *testing.T, _ *rendered, p *limiterPod, _ overlayWant) {
 	want := []struct {
 		name  string
@@ -134,8 +135,16 @@ func checkPorts(t *testing.T, _ *rendered, p *limiterPod, _ overlayWant) {
 	}{
 		{"http", p.httpPort(t), corev1.ProtocolTCP},
 		{"grpc", p.grpcPort(t), corev1.ProtocolTCP},
+		{"peer", p.peerPort(t), corev1.ProtocolTCP},
 		{"gossip-tcp", p.gossipPort(t), corev1.ProtocolTCP},
 		{"gossip-udp", p.gossipPort(t), corev1.ProtocolUDP},
+	}
+	if _, ok := p.Env["SHARDLIMITER_HEALTH_ADDR"]; ok {
+		want = append(want, struct {
+			name  string
+			port  int32
+			proto corev1.Protocol
+		}{"health", p.healthPort(t), corev1.ProtocolTCP})
 	}
 	for _, w := range want {
 		cp, ok := p.port(intstr.FromString(w.name), w.proto)
@@ -227,6 +236,11 @@ func checkServices(t *testing.T, r *rendered, p *limiterPod, want overlayWant) {
 		client++
 		if _, ok := p.port(svcTarget(svc, "grpc"), corev1.ProtocolTCP); !ok {
 			t.Errorf("client Service %s has no port targeting the grpc container port", svc.Name)
+		}
+		for _, sp := range svc.Spec.Ports {
+			if cp, ok := p.port(sp.TargetPort, corev1.ProtocolTCP); ok && cp.Name == "peer" {
+				t.Errorf("client Service %s exposes the peer port to clients", svc.Name)
+			}
 		}
 		local := svc.Spec.InternalTrafficPolicy != nil && *svc.Spec.InternalTrafficPolicy == corev1.ServiceInternalTrafficPolicyLocal
 		if local != want.localTraffic {
