@@ -21,7 +21,7 @@ import (
 )
 
 // overlays are the deployable kustomizations, relative to this directory.
-var overlays = []string{"overlays/daemonset", "overlays/sidecar"}
+var overlays = []string{"overlays/daemonset", "overlays/sidecar", "overlays/secure"}
 
 // rendered is one overlay's output, decoded into typed objects.
 type rendered struct {
@@ -33,6 +33,8 @@ type rendered struct {
 	NetworkPolicies []*networkingv1.NetworkPolicy
 	DaemonSets      []*appsv1.DaemonSet
 	Deployments     []*appsv1.Deployment
+	Certificates    []*certificate
+	Issuers         []*issuer
 }
 
 // kustomize renders dir with `kubectl kustomize`. It skips the test when
@@ -122,6 +124,12 @@ func (r *rendered) add(doc []byte) error {
 	case "apps/v1/Deployment":
 		o := &appsv1.Deployment{}
 		r.Deployments, obj = append(r.Deployments, o), o
+	case "cert-manager.io/v1/Certificate":
+		o := &certificate{}
+		r.Certificates, obj = append(r.Certificates, o), o
+	case "cert-manager.io/v1/Issuer":
+		o := &issuer{}
+		r.Issuers, obj = append(r.Issuers, o), o
 	default:
 		return fmt.Errorf("unexpected apiVersion %q kind %q", tm.APIVersion, tm.Kind)
 	}

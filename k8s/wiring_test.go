@@ -27,6 +27,7 @@ type overlayWant struct {
 var overlayWants = map[string]overlayWant{
 	"overlays/daemonset": {kind: "DaemonSet", localTraffic: true},
 	"overlays/sidecar":   {kind: "Deployment", nativeSidecar: true},
+	"overlays/secure":    {kind: "DaemonSet", localTraffic: true},
 }
 
 func TestWiring(t *testing.T) {
@@ -184,9 +185,15 @@ func checkProbes(t *testing.T, _ *rendered, p *limiterPod, _ overlayWant) {
 		if pr.path == "" && get.Path != "/healthz" && get.Path != "/readyz" {
 			t.Errorf("%s path = %q, want /healthz or /readyz", pr.name, get.Path)
 		}
+		// With --health-addr the probes use that plain listener (the API
+		// port may require client certificates the kubelet lacks).
+		want, wantName := p.httpPort(t), "http"
+		if _, ok := p.Env["SHARDLIMITER_HEALTH_ADDR"]; ok {
+			want, wantName = p.healthPort(t), "health"
+		}
 		cp, ok := p.port(get.Port, corev1.ProtocolTCP)
-		if !ok || cp.ContainerPort != p.httpPort(t) {
-			t.Errorf("%s port %s does not resolve to the http port %d", pr.name, get.Port.String(), p.httpPort(t))
+		if !ok || cp.ContainerPort != want {
+			t.Errorf("%s port %s does not resolve to the %s port %d", pr.name, get.Port.String(), wantName, want)
 		}
 		if get.Scheme != "" && get.Scheme != corev1.URISchemeHTTP {
 			t.Errorf("%s scheme = %s, want HTTP", pr.name, get.Scheme)
