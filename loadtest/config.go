@@ -38,6 +38,9 @@ type config struct {
 	local          int      // start a local cluster of this many nodes
 	localFlags     []string // extra flags for the local servers
 	serverBin      string   // prebuilt server binary for --local; empty builds one
+	tlsCA          string   // PEM CA: connect with TLS; empty: plaintext
+	tlsCert        string   // client certificate (mTLS)
+	tlsKey         string
 	metricsTargets []string // HTTP addresses serving /metrics
 	calibrate      bool
 
@@ -84,6 +87,9 @@ func newFlagSet(out io.Writer, c *config, r *rawFlags) *flag.FlagSet {
 		c.localFlags = append(c.localFlags, s)
 		return nil
 	})
+	fs.StringVar(&c.tlsCA, "tls-ca", "", "PEM CA the servers' certificates chain to: every gRPC and HTTP connection uses TLS (for --local, give the servers their --tls-* flags with --local-flag)")
+	fs.StringVar(&c.tlsCert, "tls-cert", "", "PEM client certificate, for servers that require one (--tls-client-ca-file)")
+	fs.StringVar(&c.tlsKey, "tls-key", "", "PEM key of --tls-cert")
 	fs.StringVar(&c.serverBin, "server-bin", "", "with --local: use this shardlimiter binary instead of building one")
 	fs.StringVar(&c.churnSpec, "churn", "", "accuracy mode with --local: membership events during each algorithm's run, `OFFSET:EVENT,…` with EVENT join, leave=I, kill=I, restart=I or stop=I/D (I = node number from 1 in start order, node 1 never; D = pause), e.g. 6s:join,14s:leave=2,22s:restart=2; each algorithm gets a fresh cluster")
 	fs.StringVar(&r.metricsTargets, "metrics-targets", "", "comma-separated HTTP addresses whose /metrics give server CPU (automatic with --local)")
@@ -181,6 +187,10 @@ func (c *config) validate(set map[string]bool) error {
 		bad("--mode: want throughput or accuracy, got %q", c.mode)
 	case len(c.targets) == 0 && c.local == 0 && !c.calibrate:
 		bad("no targets: give --targets host:port,…, --local N or --calibrate")
+	case c.tlsCA != "" && c.calibrate:
+		bad("--tls-ca: the --calibrate server is plaintext; calibrate in a run of its own")
+	case c.tlsCA == "" && (c.tlsCert != "" || c.tlsKey != ""):
+		bad("--tls-cert and --tls-key need --tls-ca")
 	case len(c.targets) > 0 && c.local > 0:
 		bad("--targets and --local exclude each other")
 	case c.local > 0 && len(c.metricsTargets) > 0:

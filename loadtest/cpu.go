@@ -73,7 +73,7 @@ func metricsURL(addr string) string {
 	if strings.Contains(addr, "://") {
 		return addr
 	}
-	return "http://" + addr + "/metrics"
+	return httpScheme + addr + "/metrics"
 }
 
 // scrapeCPU reads cpuMetric from the metrics of addr.

@@ -208,7 +208,7 @@ func (nd *localNode) waitReady(ctx context.Context) error {
 		return ctx.Err()
 	}
 	return poll(ctx, nd, startTimeout, "ready", func() bool {
-		resp, err := httpClient.Get("http://" + nd.http + "/readyz")
+		resp, err := httpClient.Get(httpScheme + nd.http + "/readyz")
 		if err != nil {
 			return false
 		}
@@ -265,7 +265,7 @@ func poll(ctx context.Context, nd *localNode, within time.Duration, what string,
 // members returns the sorted member names the node at httpAddr lists, or
 // nil when it does not answer.
 func members(httpAddr string) []string {
-	resp, err := httpClient.Get("http://" + httpAddr + "/v1/cluster")
+	resp, err := httpClient.Get(httpScheme + httpAddr + "/v1/cluster")
 	if err != nil {
 		return nil
 	}

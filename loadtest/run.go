@@ -27,6 +27,11 @@ const probeTimeout = 5 * time.Second
 // or the targets, and returns the report.
 func execute(ctx context.Context, cfg *config, stderr io.Writer) (*result, error) {
 	defer httpClient.CloseIdleConnections()
+	if cfg.tlsCA != "" {
+		if err := useTLS(cfg.tlsCA, cfg.tlsCert, cfg.tlsKey); err != nil {
+			return nil, err
+		}
+	}
 	var cal *result
 	if cfg.calibrate {
 		var err error
@@ -93,7 +98,7 @@ func dialTargets(addrs []string, conns int) ([]*target, error) {
 		t := &target{addr: a}
 		ts = append(ts, t)
 		for range conns {
-			c, err := transport.Dial(a)
+			c, err := transport.Dial(a, dialOptions...)
 			if err != nil {
 				closeTargets(ts)
 				return nil, err

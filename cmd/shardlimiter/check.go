@@ -2,12 +2,19 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"strings"
 	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+
+	"github.com/shardlimiter/shardlimiter/internal/certs"
 
 	"github.com/shardlimiter/shardlimiter/limit"
 	"github.com/shardlimiter/shardlimiter/transport"
@@ -32,6 +39,9 @@ func runCheck(ctx context.Context, args []string, getenv func(string) string, st
 	reset := fs.Bool("reset", false, "forget the key's state first")
 	countRejected := fs.Bool("count-rejected", false, "rejected hits still count")
 	timeout := fs.Duration("timeout", 5*time.Second, "deadline of the call")
+	tlsCA := fs.String("tls-ca", "", "PEM CA the server's certificate chains to: connect with TLS (the server's --tls-cert-file)")
+	tlsCert := fs.String("tls-cert", "", "PEM client certificate, for a server with --tls-client-ca-file")
+	tlsKey := fs.String("tls-key", "", "PEM key of --tls-cert")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return exitOK
@@ -62,7 +72,22 @@ func runCheck(ctx context.Context, args []string, getenv func(string) string, st
 	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	client, err := transport.Dial(*server)
+	var opts []grpc.DialOption
+	if *tlsCA != "" || *tlsCert != "" {
+		st, err := certs.Load(certs.Files{Cert: *tlsCert, Key: *tlsKey, CA: *tlsCA})
+		if err != nil {
+			fmt.Fprintf(stderr, "shardlimiter check: %v\n", err)
+			return exitUsage
+		}
+		cfg := st.ClientConfig()
+		if host, _, err := net.SplitHostPort(*server); err == nil {
+			// A client checks the server's name too, unlike a peer.
+			cfg = &tls.Config{RootCAs: st.Pool(), ServerName: host, MinVersion: tls.VersionTLS12,
+				GetClientCertificate: cfg.GetClientCertificate}
+		}
+		opts = append(opts, grpc.WithTransportCredentials(credentials.NewTLS(cfg)))
+	}
+	client, err := transport.Dial(*server, opts...)
 	if err != nil {
 		fmt.Fprintf(stderr, "shardlimiter check: %v\n", err)
 		return exitFail

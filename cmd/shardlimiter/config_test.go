@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"flag"
+	"io"
 	"log/slog"
+	"os"
 	"regexp"
 	"strings"
 	"testing"
@@ -76,6 +78,11 @@ func TestConfigRejectsBadValues(t *testing.T) {
 		{[]string{"--log-format", "xml"}, env(), "--log-format"},
 		{[]string{"--fail-policy", "maybe"}, env(), "--fail-policy: want local, open or closed"},
 		{[]string{"--shutdown-grace", "soon"}, env(), "--shutdown-grace"},
+		{[]string{"--peer-addr", "x"}, env(), "--peer-addr: want host:port"},
+		{[]string{"--health-addr", "8083"}, env(), "--health-addr: want host:port"},
+		{[]string{"--peer-tls-cert-file", "a", "--peer-tls-key-file", "b"}, env(), "needs all three"},
+		{[]string{"--tls-cert-file", "a"}, env(), "needs both"},
+		{[]string{"--tls-client-ca-file", "a"}, env(), "client certificates need TLS"},
 		{[]string{"--no-such-flag"}, env(), "flag provided but not defined"},
 		{[]string{"extra"}, env(), `unexpected argument "extra"`},
 	}
@@ -134,6 +141,33 @@ func TestAdvertiseHostDropsPortAndBrackets(t *testing.T) {
 		}
 		if got := advertiseHost(c); got != want {
 			t.Errorf("advertiseHost(--advertise-addr %q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// TestBadKeyAndCertificateFilesStopTheStart: a key or certificate file that
+// cannot be used is an error at start, never a silent fall back to
+// plaintext.
+func TestBadKeyAndCertificateFilesStopTheStart(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	bad := dir + "/bad"
+	if err := os.WriteFile(bad, []byte("not a key\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"--gossip-key-file", bad},
+		{"--gossip-key-file", dir + "/missing"},
+		{"--tls-cert-file", bad, "--tls-key-file", bad},
+		{"--peer-tls-cert-file", bad, "--peer-tls-key-file", bad, "--peer-tls-ca-file", bad},
+	} {
+		var stderr bytes.Buffer
+		args = append(args, "--http-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0", "--peer-addr", "127.0.0.1:0", "--gossip-addr", "127.0.0.1:0")
+		if code := run(context.Background(), args, env(), io.Discard, &stderr); code != exitFail {
+			t.Errorf("run(%q) = %d, want %d; stderr: %s", args, code, exitFail, stderr.String())
+		}
+		if !strings.Contains(stderr.String(), "cannot start") {
+			t.Errorf("run(%q): stderr %q does not say it cannot start", args, stderr.String())
 		}
 	}
 }

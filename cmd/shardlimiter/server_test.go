@@ -30,9 +30,9 @@ import (
 // served is a shardlimiter started by run() in this process.
 type served struct {
 	http, grpc, peer, health string
-	stop       context.CancelFunc
-	exit       chan int
-	stderr     *syncBuffer
+	stop                     context.CancelFunc
+	exit                     chan int
+	stderr                   *syncBuffer
 }
 
 type syncBuffer struct {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -136,6 +137,17 @@ func TestClientTLS(t *testing.T) {
 	}
 	if log := s.stderr.String(); !strings.Contains(log, "TLS handshake refused") {
 		t.Errorf("no refusal in the log:\n%s", log)
+	}
+
+	// The check subcommand speaks TLS too.
+	var out, errOut bytes.Buffer
+	args := []string{"check", "--server", s.grpc, "--name", "tls", "--key", "cli", "--limit", "5",
+		"--tls-ca", p.server.CA, "--tls-cert", good.Cert, "--tls-key", good.Key}
+	if code := run(context.Background(), args, env(), &out, &errOut); code != exitOK {
+		t.Errorf("shardlimiter check over mTLS exited %d: %s%s", code, out.String(), errOut.String())
+	}
+	if code := run(context.Background(), args[:len(args)-4], env(), &out, &errOut); code != exitFail {
+		t.Errorf("shardlimiter check without a client certificate exited %d, want %d (refused)", code, exitFail)
 	}
 
 	// Probes: plain HTTP on the health address, and nothing else there.

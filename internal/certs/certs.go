@@ -124,6 +124,10 @@ func (s *Store) NotAfter() time.Time {
 	return time.Time{}
 }
 
+// Pool is the current CA pool, nil without CA. It is a snapshot: a later
+// Reload does not change it.
+func (s *Store) Pool() *x509.CertPool { return s.cur.Load().pool }
+
 // ServerConfig returns a server tls.Config (TLS 1.2 or later) presenting
 // the current certificate. With requireClientCert, clients must present a
 // certificate that chains to the current CA with client-auth usage; the CA

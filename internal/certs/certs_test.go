@@ -23,9 +23,9 @@ func load(t *testing.T, p certstest.Paths) *Store {
 	return s
 }
 
-// handshake runs one TLS handshake over loopback and returns the server's
-// and the client's error and the certificate the client saw.
-func handshake(t *testing.T, server, client *tls.Config) (serverErr, clientErr error, serial string) {
+// handshake runs one TLS handshake over loopback and returns the
+// certificate the client saw and the server's and the client's error.
+func handshake(t *testing.T, server, client *tls.Config) (serial string, serverErr, clientErr error) {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -57,7 +57,7 @@ func handshake(t *testing.T, server, client *tls.Config) (serverErr, clientErr e
 	} else {
 		clientErr = err
 	}
-	return <-errc, clientErr, serial
+	return serial, <-errc, clientErr
 }
 
 func TestLoadErrors(t *testing.T) {
@@ -115,13 +115,13 @@ func TestHandshakes(t *testing.T) {
 		{"expired server certificate", expired, member, false},
 	}
 	for _, tt := range tests {
-		serr, cerr, _ := handshake(t, tt.server.ServerConfig(true), tt.client.ClientConfig())
+		_, serr, cerr := handshake(t, tt.server.ServerConfig(true), tt.client.ClientConfig())
 		if ok := serr == nil && cerr == nil; ok != tt.wantOK {
 			t.Errorf("%s: handshake server error %v, client error %v; want success %v", tt.name, serr, cerr, tt.wantOK)
 		}
 	}
 	// Without requireClientCert, a client without a certificate is served.
-	if serr, cerr, _ := handshake(t, server.ServerConfig(false), noCert.ClientConfig()); serr != nil || cerr != nil {
+	if _, serr, cerr := handshake(t, server.ServerConfig(false), noCert.ClientConfig()); serr != nil || cerr != nil {
 		t.Errorf("TLS without client certificates: server %v, client %v; want success", serr, cerr)
 	}
 }
@@ -134,7 +134,7 @@ func TestReload(t *testing.T) {
 	server := load(t, paths)
 	client := load(t, ca.WriteFiles(t, dir, "client", peerLeaf))
 	sc, cc := server.ServerConfig(true), client.ClientConfig()
-	_, _, before := handshake(t, sc, cc)
+	before, _, _ := handshake(t, sc, cc)
 
 	if changed, err := server.Reload(); err != nil || changed {
 		t.Errorf("Reload of unchanged files = %v, %v; want false, nil", changed, err)
@@ -144,7 +144,7 @@ func TestReload(t *testing.T) {
 	if changed, err := server.Reload(); err != nil || !changed {
 		t.Fatalf("Reload after renewal = %v, %v; want true, nil", changed, err)
 	}
-	_, _, after := handshake(t, sc, cc)
+	after, _, _ := handshake(t, sc, cc)
 	if before == "" || after == "" || before == after {
 		t.Errorf("serial before renewal %s, after %s; want two different certificates", before, after)
 	}
@@ -153,7 +153,7 @@ func TestReload(t *testing.T) {
 	if _, err := server.Reload(); err == nil {
 		t.Fatal("Reload of a truncated key = nil error")
 	}
-	if serr, cerr, serial := handshake(t, sc, cc); serr != nil || cerr != nil || serial != after {
+	if serial, serr, cerr := handshake(t, sc, cc); serr != nil || cerr != nil || serial != after {
 		t.Errorf("after a failed reload: server %v, client %v, serial %s; want the renewed certificate %s", serr, cerr, serial, after)
 	}
 	// A new CA: the old CA's clients are refused on the next handshake, the
@@ -163,11 +163,11 @@ func TestReload(t *testing.T) {
 	if _, err := server.Reload(); err != nil {
 		t.Fatal(err)
 	}
-	if serr, _, _ := handshake(t, sc, cc); serr == nil {
+	if _, serr, _ := handshake(t, sc, cc); serr == nil {
 		t.Error("a client of the replaced CA was accepted")
 	}
 	nextClient := load(t, next.WriteFiles(t, dir, "next-client", peerLeaf))
-	if serr, cerr, _ := handshake(t, sc, nextClient.ClientConfig()); serr != nil || cerr != nil {
+	if _, serr, cerr := handshake(t, sc, nextClient.ClientConfig()); serr != nil || cerr != nil {
 		t.Errorf("a client of the new CA: server %v, client %v; want success", serr, cerr)
 	}
 	if got := server.NotAfter(); time.Until(got) < time.Hour {
