@@ -33,7 +33,6 @@ const (
 	RefusedOther         = "other"           // timeout, reset, protocol error
 )
 
-
 // Refusal is called once per connection whose TLS handshake failed, with
 // the listener's name (ListenerGRPC …), the remote address, a reason
 // (RefusedPlaintext …) and the error. It must not block.
