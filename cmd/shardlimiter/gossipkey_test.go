@@ -176,7 +176,9 @@ func TestGossipKeys(t *testing.T) {
 		if i == 1 {
 			newOnly := filepath.Join(dir, "new")
 			writeKeys(t, newOnly, newKey)
-			joiner = startProc(t, bin, hosts[4], port, seed, "--gossip-key-file", newOnly)
+			// Fresh ports for a node started this late: the test's first
+			// probe is long past.
+			joiner = startProc(t, bin, hosts[4], freeGossipPort(t, hosts[4]), seed, "--gossip-key-file", newOnly)
 			poll.Until(t, 20*time.Second, func() bool { return len(members(a)) == 3 && len(members(joiner)) == 3 },
 				"a node holding only the new key joins once the primary moved")
 			joiner.cmd.Process.Kill()
@@ -188,7 +190,7 @@ func TestGossipKeys(t *testing.T) {
 	if n := splits.Load(); n > 0 {
 		t.Errorf("the pair was split in %d samples during rotation, e.g. %v", n, splitSeen.Load())
 	}
-	old := startProc(t, bin, hosts[2], port, seed, "--gossip-key-file", oldOnly)
+	old := startProc(t, bin, hosts[2], freeGossipPort(t, hosts[2]), seed, "--gossip-key-file", oldOnly)
 	poll.Until(t, 20*time.Second, func() bool { return strings.Contains(old.stderr.String(), hint) },
 		"a node holding only the removed key is refused")
 	if got := members(a); slices.Contains(got, old.name) {
