@@ -73,6 +73,11 @@ type Config struct {
 	// MaxKeys caps the keys of each algorithm's table; 0 means
 	// table.DefaultMaxKeys.
 	MaxKeys int
+	// MaxMemory is the node's memory budget in bytes. The tables together
+	// hold at most TableShare of it (key strings, per-key state, logs,
+	// replicas); beyond that the least recently used keys of any table are
+	// evicted. 0 means no byte bound (only MaxKeys).
+	MaxMemory int64
 	// FailPolicy decides checks whose owner cannot be reached.
 	FailPolicy FailPolicy
 	// SweepInterval is how often idle keys are swept; 0 means 1 s.
