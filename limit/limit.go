@@ -75,6 +75,9 @@ type Rule struct {
 	Warmup time.Duration
 	// Behavior holds per-check flags.
 	Behavior Behavior
+	// Calendar, when set, makes a FIXED_WINDOW rule's windows calendar
+	// weeks, months or years in UTC; Period must then be Calendar.Period().
+	Calendar Calendar
 }
 
 // Bounds on rules. They keep every computation inside int64 nanoseconds and
@@ -82,9 +85,15 @@ type Rule struct {
 const (
 	MaxLimit  = 1_000_000_000
 	MaxPeriod = 366 * 24 * time.Hour
-	// MaxLogLimit bounds SLIDING_LOG's Limit: the log keeps one timestamp per
-	// admitted hit in the window, so Limit is the per-key memory bound.
-	MaxLogLimit = 100_000
+	// MaxLogEntries bounds the entries of one SLIDING_LOG key's log. An
+	// entry is one admitted action, its instant and its hit count (16
+	// bytes), so a key's log holds at most 1 MiB however many hits each
+	// action carries.
+	MaxLogEntries = 1 << 16
+	// MaxLogLimit bounds SLIDING_LOG's Limit, and so the hits a log counts.
+	// Limit actions of one hit each make Limit entries: the limit may not
+	// exceed MaxLogEntries.
+	MaxLogLimit = MaxLogEntries
 	// MaxCapacityTime bounds how long an empty bucket takes to refill
 	// (Period × Burst / Limit).
 	MaxCapacityTime = 10 * 366 * 24 * time.Hour
@@ -126,6 +135,9 @@ func (r Rule) Validate() error {
 	if err := r.validateOptions(); err != nil {
 		return err
 	}
+	if err := r.validateCalendar(); err != nil {
+		return err
+	}
 	// The refill time of a full bucket must fit comfortably in int64 ns.
 	if float64(r.Period)*float64(r.Capacity())/float64(r.Limit) > float64(MaxCapacityTime) {
 		return fmt.Errorf("burst %d at limit %d per %v takes longer than %v to refill", r.Capacity(), r.Limit, r.Period, MaxCapacityTime)
@@ -151,7 +163,7 @@ func (r Rule) validateOptions() error {
 		return fmt.Errorf("min_interval_ms must be <= %d, got %d", MaxPeriod.Milliseconds(), r.MinInterval.Milliseconds())
 	}
 	if r.Algorithm == SlidingLog && r.Limit > MaxLogLimit {
-		return fmt.Errorf("SLIDING_LOG limit must be <= %d (one timestamp per hit is kept), got %d", MaxLogLimit, r.Limit)
+		return fmt.Errorf("SLIDING_LOG limit must be <= %d (the log keeps one entry per admitted action); use SLIDING_WINDOW for larger limits, got %d", MaxLogLimit, r.Limit)
 	}
 	return nil
 }
