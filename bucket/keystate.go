@@ -86,6 +86,13 @@ func (k *keyTable) Len() int { return k.t.Len() }
 // Evicted returns how many keys were evicted to respect the key cap.
 func (k *keyTable) Evicted() uint64 { return k.t.Evicted() }
 
+// Bytes returns the bytes charged for the keys held.
+func (k *keyTable) Bytes() int64 { return k.t.Bytes() }
+
+// EvictedForBytes returns how many keys were evicted to respect the byte
+// budget.
+func (k *keyTable) EvictedForBytes() uint64 { return k.t.EvictedForBytes() }
+
 // take applies hits to key under p, lock-free when the key's rule is p.
 func (k *keyTable) take(key string, now int64, p rate, hits int64, b limit.Behavior) verdict {
 	id := p.id()

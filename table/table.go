@@ -73,6 +73,10 @@ type Config struct {
 	// load while the key is marked, and a short per-shard lock and a key
 	// copy when its mark is set, once per key per drain.
 	TrackChanges bool
+	// Budget, when set, bounds the bytes this table holds together with
+	// every other table sharing it (see Budget). Nil: only MaxKeys bounds
+	// the table.
+	Budget *Budget
 }
 
 // evictSample is how many entries are compared to choose an eviction
@@ -166,6 +170,11 @@ type Table[S any] struct {
 
 	n         atomic.Int64
 	evicted   atomic.Uint64
+	budget    *Budget       // Config.Budget; nil for none
+	bytes     atomic.Int64  // charged for the keys held (budget.go)
+	overspent atomic.Uint64 // keys evicted for the budget
+	entryCost int64         // what a key costs beside its bytes and state
+	sized     bool          // *S reports its heap bytes (StateBytes)
 	cursor    atomic.Uint64 // next shard Sweep visits
 	drainNext atomic.Uint64 // shard DrainChanged starts at
 }
@@ -194,6 +203,11 @@ func New[S any](cfg Config, retire RetireFunc[S]) *Table[S] {
 		seed:     maphash.MakeSeed(),
 		shardCap: (maxKeys + n - 1) / n,
 		retire:   retire,
+		budget:   cfg.Budget,
+	}
+	t.entryCost, t.sized = entryCost[S]()
+	if t.budget != nil {
+		t.budget.register(t)
 	}
 	t.track.Store(cfg.TrackChanges)
 	t.changeCap = max(2*t.shardCap, 64)
@@ -224,7 +238,11 @@ func (t *Table[S]) Get(key string, now int64) *Entry[S] {
 		}
 		return e
 	}
-	return t.insert(sh, key, now)
+	e = t.insert(sh, key, now)
+	if t.budget != nil && t.budget.over() {
+		t.budget.reclaim(e)
+	}
+	return e
 }
 
 // Lookup returns the live entry for key like Get when insert is true.
@@ -259,6 +277,7 @@ func (t *Table[S]) insert(sh *shard[S], key string, now int64) *Entry[S] {
 		}
 		delete(sh.m, key)
 		t.n.Add(-1)
+		t.release(key, e)
 	}
 	if len(sh.m) >= t.shardCap {
 		t.evictLocked(sh)
@@ -267,6 +286,7 @@ func (t *Table[S]) insert(sh *shard[S], key string, now int64) *Entry[S] {
 	e.used.Store(now &^ markBit)
 	sh.m[strings.Clone(key)] = e
 	t.n.Add(1)
+	t.charge(t.keyCost(key))
 	return e
 }
 
@@ -294,6 +314,7 @@ func (t *Table[S]) evictLocked(sh *shard[S]) {
 	victim.kill()
 	delete(sh.m, victimKey)
 	t.n.Add(-1)
+	t.release(victimKey, victim)
 	if !dead {
 		t.evicted.Add(1)
 	}
@@ -327,6 +348,7 @@ func (t *Table[S]) Sweep(now int64, budget int) (removed int) {
 			if e := sh.m[k]; e != nil && e.Dead() {
 				delete(sh.m, k)
 				t.n.Add(-1)
+				t.release(k, e)
 				removed++
 			}
 		}
@@ -351,6 +373,7 @@ func (t *Table[S]) Delete(key string) bool {
 	e.kill()
 	delete(sh.m, key)
 	t.n.Add(-1)
+	t.release(key, e)
 	return live
 }
 
@@ -397,6 +420,10 @@ func (t *Table[S]) Len() int { return int(t.n.Load()) }
 
 // Evicted returns how many live keys were evicted to respect the cap.
 func (t *Table[S]) Evicted() uint64 { return t.evicted.Load() }
+
+// EvictedForBytes returns how many live keys were evicted to respect the
+// byte budget (Config.Budget).
+func (t *Table[S]) EvictedForBytes() uint64 { return t.overspent.Load() }
 
 // Cap returns the effective key cap (per-shard cap × shards).
 func (t *Table[S]) Cap() int { return t.shardCap * len(t.shards) }

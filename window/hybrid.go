@@ -134,3 +134,10 @@ func (h hybridTable) Len() int { return h.t.Len() }
 
 // Evicted returns how many keys were evicted to respect the key cap.
 func (h hybridTable) Evicted() uint64 { return h.t.Evicted() }
+
+// Bytes returns the bytes charged for the keys held.
+func (h hybridTable) Bytes() int64 { return h.t.Bytes() }
+
+// EvictedForBytes returns how many keys were evicted to respect the byte
+// budget.
+func (h hybridTable) EvictedForBytes() uint64 { return h.t.EvictedForBytes() }
