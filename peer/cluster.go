@@ -15,8 +15,10 @@ type ClusterInfo struct {
 	// (incoming, moved, received); empty when no handoff is in progress.
 	Handoff map[string]int `json:"handoff"`
 	// Replication is the replication interval ("100ms"), "off" when 0.
-	Replication string       `json:"replication"`
-	Members     []MemberInfo `json:"members"`
+	Replication string `json:"replication"`
+	// Memory is what the tables hold against their byte budget.
+	Memory  MemoryStats  `json:"memory"`
+	Members []MemberInfo `json:"members"`
 }
 
 // MemberInfo is one member of the ring.
@@ -41,6 +43,7 @@ func (n *Node) Cluster() ClusterInfo {
 		FailPolicy:  n.cfg.FailPolicy.String(),
 		Handoff:     n.ho.counts(),
 		Replication: "off",
+		Memory:      n.Memory(),
 	}
 	if n.cfg.ReplicationInterval > 0 {
 		info.Replication = n.cfg.ReplicationInterval.String()

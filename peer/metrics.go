@@ -118,20 +118,29 @@ var (
 	keysDesc = prometheus.NewDesc("shardlimiter_table_keys",
 		"Keys held in memory, by algorithm.", []string{"algorithm"}, nil)
 	evictedDesc = prometheus.NewDesc("shardlimiter_table_evictions_total",
-		"Keys evicted (least recently used) to respect --max-keys, by algorithm.", []string{"algorithm"}, nil)
+		"Keys evicted (least recently used), by algorithm and cause: keys (the table's --max-keys) or bytes (the node's --max-memory).", []string{"algorithm", "cause"}, nil)
+	bytesDesc = prometheus.NewDesc("shardlimiter_table_bytes",
+		"Bytes the keys of a table are charged for (key, entry, state): an estimate of their heap, by algorithm.", []string{"algorithm"}, nil)
+	budgetDesc = prometheus.NewDesc("shardlimiter_table_budget_bytes",
+		"The bytes all tables together may hold (a share of --max-memory); 0 when unbounded.", nil, nil)
 )
 
 func (c tableCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- keysDesc
 	ch <- evictedDesc
+	ch <- bytesDesc
+	ch <- budgetDesc
 }
 
 func (c tableCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, a := range limit.Algorithms() {
 		l := c.n.limiters[a]
 		ch <- prometheus.MustNewConstMetric(keysDesc, prometheus.GaugeValue, float64(l.Len()), a.String())
-		ch <- prometheus.MustNewConstMetric(evictedDesc, prometheus.CounterValue, float64(l.Evicted()), a.String())
+		ch <- prometheus.MustNewConstMetric(evictedDesc, prometheus.CounterValue, float64(l.Evicted()), a.String(), "keys")
+		ch <- prometheus.MustNewConstMetric(evictedDesc, prometheus.CounterValue, float64(l.EvictedForBytes()), a.String(), "bytes")
+		ch <- prometheus.MustNewConstMetric(bytesDesc, prometheus.GaugeValue, float64(l.Bytes()), a.String())
 	}
+	ch <- prometheus.MustNewConstMetric(budgetDesc, prometheus.GaugeValue, float64(c.n.Memory().Budget))
 }
 
 // handoffCollector reports the partitions marked for handoff at scrape time.

@@ -74,9 +74,9 @@ type Config struct {
 	// table.DefaultMaxKeys.
 	MaxKeys int
 	// MaxMemory is the node's memory budget in bytes. The tables together
-	// hold at most TableShare of it (key strings, per-key state, logs,
-	// replicas); beyond that the least recently used keys of any table are
-	// evicted. 0 means no byte bound (only MaxKeys).
+	// hold at most TableBudget(MaxMemory) (key strings, per-key state,
+	// logs, replicas); beyond that the least recently used keys of any
+	// table are evicted. 0 means no byte bound (only MaxKeys).
 	MaxMemory int64
 	// FailPolicy decides checks whose owner cannot be reached.
 	FailPolicy FailPolicy
@@ -121,6 +121,11 @@ type Config struct {
 type limiter interface {
 	limit.Limiter
 	limit.StateMover
+	// Bytes returns the bytes the table is charged for its keys
+	// (table.Budget); EvictedForBytes how many keys it evicted to keep
+	// the node's byte budget.
+	Bytes() int64
+	EvictedForBytes() uint64
 }
 
 // view is a ring snapshot with this node's place in it.
@@ -158,7 +163,8 @@ func (v *view) without(name string) *ring.Snapshot {
 type Node struct {
 	cfg      Config
 	log      *slog.Logger
-	limiters [5]limiter // by limit.Algorithm
+	limiters [5]limiter    // by limit.Algorithm
+	budget   *table.Budget // nil without Config.MaxMemory
 	view     atomic.Pointer[view]
 	// rebuildMu serializes rebuilds (the membership watcher and Leave), so
 	// that one which read leaving as false cannot store its ring after
@@ -221,6 +227,10 @@ func New(cfg Config) (*Node, error) {
 	}
 	tc := table.Config{MaxKeys: cfg.MaxKeys, TrackChanges: cfg.ReplicationInterval > 0}
 	n := &Node{cfg: cfg, log: cfg.Logger, jobsKick: make(chan struct{}, 1)}
+	if cfg.MaxMemory > 0 {
+		n.budget = table.NewBudget(TableBudget(cfg.MaxMemory))
+		tc.Budget = n.budget
+	}
 	n.limiters = [5]limiter{
 		limit.TokenBucket:   bucket.NewTokenBucket(tc),
 		limit.LeakyBucket:   bucket.NewLeakyBucket(tc),
