@@ -68,6 +68,7 @@ func (e *malformedError) Unwrap() error { return e.err }
 //	batch over MaxBatch, malformed request   InvalidArgument
 //	ErrShuttingDown, ErrUnavailable,
 //	ErrClosed                                Unavailable
+//	ErrOverloaded                            ResourceExhausted
 //	ErrTimeout, context.DeadlineExceeded     DeadlineExceeded
 //	context.Canceled                         Canceled
 //	an error carrying a gRPC status          that status's code
@@ -80,6 +81,8 @@ func Code(err error) codes.Code {
 		return codes.OK
 	case errors.As(err, &be), errors.As(err, &me):
 		return codes.InvalidArgument
+	case errors.Is(err, ErrOverloaded):
+		return codes.ResourceExhausted
 	case errors.Is(err, ErrShuttingDown), errors.Is(err, ErrUnavailable), errors.Is(err, ErrClosed):
 		return codes.Unavailable
 	case errors.Is(err, ErrTimeout), errors.Is(err, context.DeadlineExceeded):

@@ -34,9 +34,10 @@ func Dial(addr string, opts ...grpc.DialOption) (*Client, error) {
 
 // GetRateLimits asks the server to decide checks and returns one Result per
 // check, in order. Per-item failures are in Result.Error and Result.Reason.
-// The error reports a failed call: errors.Is(err, ErrUnavailable) or
-// ErrTimeout tell the common kinds apart; status.Code(err) gives the gRPC
-// code of any other.
+// The error reports a failed call: errors.Is(err, ErrUnavailable),
+// ErrTimeout or ErrOverloaded (the server shed the call; nothing was
+// decided; retry after RetryDelay(err)) tell the common kinds apart;
+// status.Code(err) gives the gRPC code of any other.
 func (c *Client) GetRateLimits(ctx context.Context, checks []limit.Check) ([]limit.Result, error) {
 	// The request and the reply are types of ours that the codec encodes
 	// and decodes through package wire: no pb message per item.
@@ -58,6 +59,9 @@ func (c *Client) classify(err error) error {
 		return fmt.Errorf("transport: %s: %w: %w", c.addr, ErrUnavailable, err)
 	case codes.DeadlineExceeded:
 		return fmt.Errorf("transport: %s: %w: %w", c.addr, ErrTimeout, err)
+	}
+	if IsShed(err) {
+		return fmt.Errorf("transport: %s: %w: %w", c.addr, ErrOverloaded, err)
 	}
 	return fmt.Errorf("transport: %s: %w", c.addr, err)
 }

@@ -14,14 +14,19 @@ type batchHandler struct {
 	checker  Checker
 	maxBatch int
 	metrics  *Metrics
+	inflight *InFlight // nil: no bound
+	listener int       // listener* index, for the shed metric
 }
 
-func newBatchHandler(c Checker, maxBatch int, m *Metrics) *batchHandler {
+func newBatchHandler(c Checker, maxBatch int, m *Metrics, b *InFlight, listener int) *batchHandler {
 	if maxBatch <= 0 {
 		maxBatch = DefaultMaxBatch
 	}
-	return &batchHandler{checker: c, maxBatch: maxBatch, metrics: m}
+	return &batchHandler{checker: c, maxBatch: maxBatch, metrics: m, inflight: b, listener: listener}
 }
+
+// errShed refuses a call that does not fit under the in-flight bound.
+var errShed = fmt.Errorf("transport: too many checks in flight on this node, retry after %v: %w", ShedRetryDelay, ErrOverloaded)
 
 // decideBatch is decide for a request the codec decoded.
 func (h *batchHandler) decideBatch(ctx context.Context, in *checkBatch, compact bool) (*resultBatch, error) {
@@ -46,6 +51,14 @@ func (h *batchHandler) decide(ctx context.Context, in *wire.Checks, compact bool
 	if h.checker == nil {
 		return nil, fmt.Errorf("transport: no checker configured: %w", ErrUnavailable)
 	}
+	// Weighted by items, so that a batch of 1000 costs what 1000 single
+	// checks do; an empty call still takes one unit.
+	units := int64(max(n, 1))
+	if !h.inflight.TryAcquire(units) {
+		h.metrics.shed(h.listener, shedChecks)
+		return nil, errShed
+	}
+	defer h.inflight.Release(units)
 	var results []limit.Result
 	if len(in.Checks) > 0 {
 		var err error

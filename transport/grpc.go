@@ -32,6 +32,15 @@ type GRPCConfig struct {
 	MaxBatch int
 	// Metrics records every call; nil records nothing.
 	Metrics *Metrics
+	// InFlight bounds the work in progress of every service this server
+	// answers: the checks of RateLimiter and Peers calls, the keys of State
+	// pushes (one unit per Pull). A call that does not fit is refused at
+	// once with ResourceExhausted and a retry delay (see [InFlight]), never
+	// queued. Nil means no bound. Give the client and the peer listener
+	// bounds of their own, so that a flood of client calls cannot starve
+	// the owners' forwarded traffic; the HTTP handler may share the
+	// client's.
+	InFlight *InFlight
 	// ServerOptions are passed to grpc.NewServer (credentials, keepalive,
 	// interceptors, message size limits). A codec option has no effect: the
 	// server uses its own, which speaks standard proto (see codec.go); unary
@@ -70,15 +79,15 @@ func NewGRPCServer(cfg GRPCConfig) *GRPCServer {
 	}
 	s.services = []string{""}
 	if cfg.Checker != nil {
-		s.srv.RegisterService(rateLimiterDesc, &rateLimiterServer{h: newBatchHandler(cfg.Checker, cfg.MaxBatch, cfg.Metrics)})
+		s.srv.RegisterService(rateLimiterDesc, &rateLimiterServer{h: newBatchHandler(cfg.Checker, cfg.MaxBatch, cfg.Metrics, cfg.InFlight, listenerGRPC)})
 		s.services = append(s.services, RateLimiterService)
 	}
 	if cfg.Local != nil {
-		s.srv.RegisterService(peersDesc, &peersServer{h: newBatchHandler(cfg.Local, cfg.MaxBatch, cfg.Metrics)})
+		s.srv.RegisterService(peersDesc, &peersServer{h: newBatchHandler(cfg.Local, cfg.MaxBatch, cfg.Metrics, cfg.InFlight, listenerPeer)})
 		s.services = append(s.services, PeersService)
 	}
 	if cfg.State != nil {
-		pb.RegisterStateServer(s.srv, &stateServer{s: cfg.State})
+		pb.RegisterStateServer(s.srv, &stateServer{s: cfg.State, inflight: cfg.InFlight, metrics: cfg.Metrics})
 		s.services = append(s.services, StateServiceName)
 	}
 	healthgrpc.RegisterHealthServer(s.srv, &healthServer{Server: s.health, stop: watching})

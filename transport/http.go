@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
+	"strconv"
 	"sync"
 	"time"
 
@@ -40,7 +42,33 @@ type HTTPConfig struct {
 	Cluster func() any
 	// Telemetry records every POST /v1/GetRateLimits; nil records nothing.
 	Telemetry *Metrics
+	// InFlight bounds the checks in flight (see [InFlight]); a call that
+	// does not fit is answered 429 with Retry-After at once. It may be the
+	// bound of the client gRPC server. Nil means no bound.
+	InFlight *InFlight
+	// BodyBytes bounds the request-body bytes held by POST
+	// /v1/GetRateLimits calls being read and decided at once, across all
+	// connections. A body is reserved in full from its Content-Length
+	// before it is read (a chunked one as it arrives); one that does not
+	// fit is answered 429 with Retry-After at once and its connection is
+	// closed, so that slow or stalled uploads cannot pile up memory. A
+	// body over 64 KiB must leave a quarter of the bound free, which keeps
+	// room for ordinary small batches while large ones hold the rest. Nil
+	// means no bound; DefaultBodyBytes is 4 × DefaultMaxBodyBytes.
+	BodyBytes *InFlight
 }
+
+// DefaultBodyBytes is the usual node-wide bound on request-body bytes
+// being read at once (HTTPConfig.BodyBytes): 16 MiB, four bodies of the
+// largest size. Each body byte costs about 2–3 bytes of heap while it is
+// read and decoded, so this holds the HTTP API's share of a 512 MiB node
+// under ~50 MiB, whatever the number of connections.
+const DefaultBodyBytes = 4 * DefaultMaxBodyBytes
+
+// smallBody is the size up to which a body may use the whole BodyBytes
+// bound; larger ones leave a quarter of it free (about 270 batches of
+// 100 items at a time).
+const smallBody = 64 << 10
 
 // NewHTTPHandler returns the HTTP/JSON API:
 //
@@ -52,13 +80,15 @@ type HTTPConfig struct {
 //
 // Every answer of its own is JSON, errors included: {"error":"…"} with 400
 // (bad JSON, unknown field, batch over MaxBatch), 404, 405 (with Allow),
-// 413 (body over MaxBodyBytes), 503 (Checker unavailable or shutting down).
+// 413 (body over MaxBodyBytes), 429 (overloaded: InFlight or BodyBytes
+// full; with Retry-After and "retry_after_ms"), 503 (Checker unavailable
+// or shutting down).
 // Responses use the proto field names (unique_key, reset_time_ms) and emit
 // unpopulated fields; requests may use either spelling. Unknown fields are
 // rejected: they are usually typos that would silently change a limit.
 // The handler is safe for concurrent use.
 func NewHTTPHandler(cfg HTTPConfig) http.Handler {
-	h := &httpHandler{cfg: cfg, batch: newBatchHandler(cfg.Checker, cfg.MaxBatch, cfg.Telemetry)}
+	h := &httpHandler{cfg: cfg, batch: newBatchHandler(cfg.Checker, cfg.MaxBatch, cfg.Telemetry, cfg.InFlight, listenerHTTP)}
 	if h.cfg.MaxBodyBytes <= 0 {
 		h.cfg.MaxBodyBytes = DefaultMaxBodyBytes
 	}
@@ -165,11 +195,22 @@ func (h *httpHandler) serveBatch(w http.ResponseWriter, r *http.Request, buf *by
 	if r.ContentLength > h.cfg.MaxBodyBytes {
 		return h.tooLarge(w)
 	}
-	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, h.cfg.MaxBodyBytes))
+	body := bodyReservation{budget: h.cfg.BodyBytes, r: http.MaxBytesReader(w, r.Body, h.cfg.MaxBodyBytes)}
+	defer body.release()
+	if !body.reserve(r.ContentLength) {
+		h.batch.metrics.shed(listenerHTTP, shedBodyBytes)
+		w.Header().Set("Connection", "close") // the body stays unread
+		return writeOverloaded(w, "transport: too many request bytes being read on this node"), -1
+	}
+	_, err := buf.ReadFrom(&body)
 	var mbe *http.MaxBytesError
 	switch {
 	case errors.As(err, &mbe):
 		return h.tooLarge(w)
+	case errors.Is(err, errBodyBytes):
+		h.batch.metrics.shed(listenerHTTP, shedBodyBytes)
+		w.Header().Set("Connection", "close")
+		return writeOverloaded(w, err.Error()), -1
 	case err != nil:
 		return writeError(w, http.StatusBadRequest, "transport: reading body: "+err.Error()), -1
 	}
@@ -185,7 +226,9 @@ func (h *httpHandler) serveBatch(w http.ResponseWriter, r *http.Request, buf *by
 	}
 	items := len(req.GetRequests())
 	resp, err := h.decide(r.Context(), &req)
-	if err != nil {
+	if errors.Is(err, ErrOverloaded) {
+		return writeOverloaded(w, err.Error()), items
+	} else if err != nil {
 		return writeError(w, httpStatus(Code(err)), err.Error()), items
 	}
 	out, err := marshalJSON.MarshalAppend(buf.Bytes()[:0], resp)
@@ -265,4 +308,71 @@ type errorBody struct {
 // writeError writes {"error": msg} with status; it returns status.
 func writeError(w http.ResponseWriter, status int, msg string) int {
 	return writeJSON(w, status, errorBody{Error: msg})
+}
+
+// overloadBody is the JSON of a 429.
+type overloadBody struct {
+	Error        string `json:"error"`
+	RetryAfterMS int64  `json:"retry_after_ms"`
+}
+
+// writeOverloaded answers 429 with a Retry-After header (whole seconds, as
+// HTTP requires, so ShedRetryDelay rounded up) and the exact delay in the
+// body; it returns the status.
+func writeOverloaded(w http.ResponseWriter, msg string) int {
+	secs := int64((ShedRetryDelay + time.Second - 1) / time.Second)
+	w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
+	return writeJSON(w, http.StatusTooManyRequests, overloadBody{Error: msg, RetryAfterMS: ShedRetryDelay.Milliseconds()})
+}
+
+// errBodyBytes ends the reading of a body of unknown length that no
+// longer fits under HTTPConfig.BodyBytes.
+var errBodyBytes = fmt.Errorf("transport: too many request bytes being read on this node: %w", ErrOverloaded)
+
+// bodyReservation reads a request body under the node-wide body-bytes
+// bound: a declared length is reserved whole before reading, an unknown
+// one as its bytes arrive. release gives everything back.
+type bodyReservation struct {
+	budget *InFlight
+	r      io.Reader
+	held   int64
+	known  bool // the length was declared and reserved
+}
+
+// reserve takes length bytes (Content-Length; -1 when unknown, then
+// Read reserves as it goes).
+func (b *bodyReservation) reserve(length int64) bool {
+	if length < 0 {
+		return true
+	}
+	b.known = true
+	return b.take(length)
+}
+
+func (b *bodyReservation) take(n int64) bool {
+	if n == 0 {
+		return true
+	}
+	var spare int64
+	if b.held+n > smallBody {
+		spare = b.budget.Limit() / 4
+	}
+	if !b.budget.tryAcquireLeaving(n, spare) {
+		return false
+	}
+	b.held += n
+	return true
+}
+
+func (b *bodyReservation) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	if !b.known && n > 0 && !b.take(int64(n)) {
+		return n, errBodyBytes
+	}
+	return n, err
+}
+
+func (b *bodyReservation) release() {
+	b.budget.Release(b.held)
+	b.held = 0
 }

@@ -212,3 +212,32 @@ func FuzzHTTPBody(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkHTTPBatch100 is one POST /v1/GetRateLimits of a 100-item batch
+// through the handler (no network): body read, JSON both ways, admission.
+func BenchmarkHTTPBatch100(b *testing.B) {
+	h := NewHTTPHandler(HTTPConfig{Checker: trivialChecker})
+	var body strings.Builder
+	body.WriteString(`{"requests":[`)
+	for i := range 100 {
+		if i > 0 {
+			body.WriteString(",")
+		}
+		fmt.Fprintf(&body, `{"name":"r","unique_key":"account:%d","hits":1,"limit":10,"duration_ms":1000}`, i)
+	}
+	body.WriteString(`]}`)
+	raw := body.String()
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			req := httptest.NewRequest(http.MethodPost, "/v1/GetRateLimits", strings.NewReader(raw))
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, req)
+			if w.Code != http.StatusOK {
+				b.Errorf("status %d: %s", w.Code, w.Body)
+				return
+			}
+		}
+	})
+	b.ReportMetric(float64(b.N*100)/b.Elapsed().Seconds(), "checks/s")
+}

@@ -29,7 +29,30 @@ type Metrics struct {
 	forwardBatch prometheus.Observer
 	peerDuration prometheus.Observer
 	peerErrors   [numPeerErrors]prometheus.Counter
+
+	sheds [numListeners][numShedResources]prometheus.Counter
 }
+
+// Listeners, for the shed metric; names as ListenerGRPC, ListenerHTTP,
+// ListenerPeer.
+const (
+	listenerGRPC = iota
+	listenerHTTP
+	listenerPeer
+	numListeners
+)
+
+// What a refused call did not get.
+const (
+	shedChecks    = iota // room under the in-flight bound (InFlight)
+	shedBodyBytes        // room under the HTTP body-bytes bound
+	numShedResources
+)
+
+var (
+	listenerNames     = [numListeners]string{ListenerGRPC, ListenerHTTP, ListenerPeer}
+	shedResourceNames = [numShedResources]string{"checks", "body_bytes"}
+)
 
 // Label values. Indexes into the pre-bound arrays.
 const (
@@ -56,6 +79,7 @@ const (
 	peerErrUnavailable
 	peerErrClosed
 	peerErrOther
+	peerErrOverloaded
 	numPeerErrors
 )
 
@@ -71,7 +95,7 @@ var (
 	apiNames     = [numAPIs]string{"grpc", "http"}
 	methodNames  = [numMethods]string{"GetRateLimits", "ForwardRateLimits"}
 	outcomeNames = [numOutcomes]string{"under_limit", "over_limit", "error"}
-	peerErrNames = [numPeerErrors]string{"timeout", "unavailable", "closed", "other"}
+	peerErrNames = [numPeerErrors]string{"timeout", "unavailable", "closed", "other", "overloaded"}
 )
 
 // NewMetrics creates the collectors and registers them with reg. A nil reg
@@ -115,17 +139,63 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	})
 	peerErrors := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "shardlimiter", Subsystem: "peer", Name: "rpc_errors_total",
-		Help: "Failed ForwardRateLimits RPCs, by reason (timeout, unavailable, closed, other).",
+		Help: "Failed ForwardRateLimits RPCs, by reason (timeout, unavailable, closed, overloaded: the owner shed the call, other).",
 	}, []string{"reason"})
 	m.forwardBatch, m.peerDuration = forwardBatch, peerDuration
 	for i, name := range peerErrNames {
 		m.peerErrors[i] = peerErrors.WithLabelValues(name)
 	}
+	sheds := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "shardlimiter", Subsystem: "transport", Name: "shed_total",
+		Help: "Calls refused at once for overload (RESOURCE_EXHAUSTED / HTTP 429), by listener (grpc, http, peer) and resource: checks (the in-flight bound) or body_bytes (the HTTP request-body bound).",
+	}, []string{"listener", "resource"})
+	for l, ln := range listenerNames {
+		for r, rn := range shedResourceNames {
+			if r == shedBodyBytes && l != listenerHTTP {
+				continue
+			}
+			m.sheds[l][r] = sheds.WithLabelValues(ln, rn)
+		}
+	}
 	if reg != nil {
 		reg.MustRegister(m.requestDuration, batch, checks, itemErrors,
-			m.forwarded, forwardBatch, peerDuration, peerErrors)
+			m.forwarded, forwardBatch, peerDuration, peerErrors, sheds)
 	}
 	return m
+}
+
+// shed counts a call refused for want of resource on listener.
+func (m *Metrics) shed(listener, resource int) {
+	if m == nil {
+		return
+	}
+	m.sheds[listener][resource].Inc()
+}
+
+// RegisterInFlight exports the node's bounds as gauges read at scrape time
+// (nothing on the hot path): checks in flight and their bound, by pool
+// (client: the client gRPC and HTTP calls; peer: forwarded checks and
+// state moves), and HTTP request-body bytes being read. Nil bounds are
+// exported as 0.
+func RegisterInFlight(reg prometheus.Registerer, client, peer, bodyBytes *InFlight) {
+	for _, p := range []struct {
+		pool string
+		b    *InFlight
+	}{{"client", client}, {"peer", peer}} {
+		labels := prometheus.Labels{"pool": p.pool}
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: "shardlimiter", Subsystem: "transport", Name: "inflight_checks", ConstLabels: labels,
+			Help: "Checks being decided now, by pool: client (client gRPC and HTTP) or peer (forwarded checks, state keys).",
+		}, func() float64 { return float64(p.b.InUse()) }))
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: "shardlimiter", Subsystem: "transport", Name: "max_inflight_checks", ConstLabels: labels,
+			Help: "The bound on checks in flight, by pool (--max-inflight, --max-peer-inflight); 0 = none.",
+		}, func() float64 { return float64(p.b.Limit()) }))
+	}
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Namespace: "shardlimiter", Subsystem: "transport", Name: "inflight_body_bytes",
+		Help: "HTTP request-body bytes reserved by requests being read now (bounded by the body-bytes budget).",
+	}, func() float64 { return float64(bodyBytes.InUse()) }))
 }
 
 var batchBuckets = []float64{1, 2, 5, 10, 20, 50, 100, 200, 500, 1000}

@@ -101,15 +101,19 @@ func TestMetricNames(t *testing.T) {
 	m.peerRPC(1, time.Millisecond, peerErrOther)
 	m.forward(1)
 	m.observeGRPC(methodForward, codes.Unavailable, 1, time.Millisecond)
+	m.shed(listenerHTTP, shedBodyBytes)
+	RegisterInFlight(reg, NewInFlight(10), nil, NewInFlight(100))
 	families, err := reg.Gather()
 	if err != nil {
 		t.Fatalf("Gather = %v", err)
 	}
-	allowedLabels := map[string]bool{"api": true, "method": true, "code": true, "algorithm": true, "outcome": true, "reason": true}
+	allowedLabels := map[string]bool{"api": true, "method": true, "code": true, "algorithm": true, "outcome": true, "reason": true,
+		"listener": true, "resource": true, "pool": true}
 	for _, f := range families {
 		name := f.GetName()
-		if !strings.HasPrefix(name, "shardlimiter_server_") && !strings.HasPrefix(name, "shardlimiter_peer_") {
-			t.Errorf("metric %s: want prefix shardlimiter_server_ or shardlimiter_peer_", name)
+		if !strings.HasPrefix(name, "shardlimiter_server_") && !strings.HasPrefix(name, "shardlimiter_peer_") &&
+			!strings.HasPrefix(name, "shardlimiter_transport_") {
+			t.Errorf("metric %s: want prefix shardlimiter_server_, shardlimiter_peer_ or shardlimiter_transport_", name)
 		}
 		switch f.GetType().String() {
 		case "COUNTER":

@@ -34,7 +34,8 @@ type PeerConfig struct {
 	// Metrics records forwarding; nil records nothing.
 	Metrics *Metrics
 	// DialOptions follow the defaults (plaintext credentials, reconnect
-	// backoff from 100ms up to 2s), so they can override them.
+	// backoff from 100ms up to 2s, keepalive pings every
+	// PeerKeepaliveTime), so they can override them.
 	DialOptions []grpc.DialOption
 	// Standin marks every forward of the client as one the owner's
 	// stand-in decides (see IsStandin): the owner could not be reached.
@@ -119,6 +120,7 @@ func dialPeer(addr string, cfg PeerConfig) (*grpc.ClientConn, error) {
 			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second},
 			MinConnectTimeout: timeout,
 		}),
+		peerKeepalive(),
 	}, cfg.DialOptions...)
 	return grpc.NewClient(addr, opts...)
 }
@@ -235,6 +237,11 @@ func (c *PeerClient) classify(parent context.Context, err error) (int, error) {
 		return peerErrTimeout, fmt.Errorf("transport: forward to %s: %w: %w", c.addr, ErrTimeout, err)
 	case codes.Unavailable:
 		return peerErrUnavailable, fmt.Errorf("transport: forward to %s: %w: %w", c.addr, ErrUnavailable, err)
+	}
+	if IsShed(err) {
+		// The owner shed the call: nothing was decided there, so the
+		// checks follow the fail policy, but the owner is not down.
+		return peerErrOverloaded, fmt.Errorf("transport: forward to %s: %w: %w", c.addr, ErrOverloaded, err)
 	}
 	return peerErrOther, c.wrap(err)
 }

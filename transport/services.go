@@ -73,10 +73,9 @@ func (s *rateLimiterServer) newBatch() *checkBatch { return &checkBatch{max: s.h
 func (s *rateLimiterServer) serveChecks(ctx context.Context, in *checkBatch) (any, error) {
 	start := time.Now()
 	out, err := s.h.decideBatch(ctx, in, false)
-	code := Code(err)
-	s.h.metrics.observeGRPC(methodGet, code, in.n, time.Since(start))
+	s.h.metrics.observeGRPC(methodGet, Code(err), in.n, time.Since(start))
 	if err != nil {
-		return nil, status.Error(code, err.Error())
+		return nil, grpcError(err)
 	}
 	return out, nil
 }
@@ -100,10 +99,9 @@ func (s *peersServer) serveChecks(ctx context.Context, in *checkBatch) (any, err
 	}
 	start := time.Now()
 	out, err := s.h.decideBatch(ctx, in, true)
-	code := Code(err)
-	s.h.metrics.observeGRPC(methodForward, code, in.n, time.Since(start))
+	s.h.metrics.observeGRPC(methodForward, Code(err), in.n, time.Since(start))
 	if err != nil {
-		return nil, status.Error(code, err.Error())
+		return nil, grpcError(err)
 	}
 	return out, nil
 }

@@ -43,13 +43,31 @@ const maxStatePartitions = 1 << 20
 // stateServer adapts a StateService to the generated service.
 type stateServer struct {
 	pb.UnimplementedStateServer
-	s StateService
+	s        StateService
+	inflight *InFlight // shared with the Peers service of the listener
+	metrics  *Metrics
+}
+
+// admit takes units of the listener's in-flight bound, or answers the
+// refusal; release gives them back.
+func (s *stateServer) admit(units int) (release func(), err error) {
+	u := int64(max(units, 1))
+	if !s.inflight.TryAcquire(u) {
+		s.metrics.shed(listenerPeer, shedChecks)
+		return nil, grpcError(errShed)
+	}
+	return func() { s.inflight.Release(u) }, nil
 }
 
 func (s *stateServer) Push(ctx context.Context, in *pb.PushStateRequest) (*pb.PushStateResponse, error) {
 	if s.s == nil {
 		return nil, status.Error(codes.Unimplemented, errNoState.Error())
 	}
+	release, err := s.admit(len(in.GetKeys()))
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	why := limit.Transfer(in.GetTransfer())
 	if why.String() == "unknown" {
 		return nil, status.Errorf(codes.InvalidArgument, "transport: unknown transfer %d", in.GetTransfer())
@@ -72,6 +90,11 @@ func (s *stateServer) Pull(ctx context.Context, in *pb.PullStateRequest) (*pb.Pu
 	if s.s == nil {
 		return nil, status.Error(codes.Unimplemented, errNoState.Error())
 	}
+	release, err := s.admit(1)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	parts, err := partitionsFromProto(in.GetPartitions())
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
@@ -182,6 +205,9 @@ func (c *StateClient) classify(err error) error {
 		return fmt.Errorf("transport: state %s: %w: %w", c.addr, ErrUnavailable, err)
 	case codes.DeadlineExceeded:
 		return fmt.Errorf("transport: state %s: %w: %w", c.addr, ErrTimeout, err)
+	}
+	if IsShed(err) {
+		return fmt.Errorf("transport: state %s: %w: %w", c.addr, ErrOverloaded, err)
 	}
 	return fmt.Errorf("transport: state %s: %w", c.addr, err)
 }

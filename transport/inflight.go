@@ -1,0 +1,175 @@
+package transport
+
+import (
+	"errors"
+	"runtime"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+)
+
+// InFlight bounds the units of work in progress at once on a node: checks
+// being decided, or request-body bytes being read. It is a counting
+// semaphore that never waits: TryAcquire either takes the units at once or
+// refuses, so that a node past its capacity answers "overloaded" in
+// microseconds instead of queueing work it cannot finish in time (the
+// queue would only add latency to every call, and memory, until clients
+// time out).
+//
+// One rule keeps the bound from refusing legal work: a request larger than
+// the whole bound is admitted when nothing else is in flight. So a batch of
+// MaxBatch items always gets through on an idle node, whatever the bound.
+//
+// The fast path is one atomic load and one compare-and-swap; there is no
+// lock and no channel. The methods are safe for concurrent use. A nil
+// *InFlight admits everything.
+type InFlight struct {
+	_     [64]byte // keep n on a cache line of its own
+	n     atomic.Int64
+	_     [56]byte
+	limit int64
+}
+
+// NewInFlight returns a bound of limit units; limit <= 0 means no bound
+// (nil).
+func NewInFlight(limit int64) *InFlight {
+	if limit <= 0 {
+		return nil
+	}
+	return &InFlight{limit: limit}
+}
+
+// TryAcquire takes units (> 0) if they fit under the bound, or if nothing
+// is in flight; it reports whether it did. It never blocks. The caller
+// must Release the same units once the work is done.
+func (b *InFlight) TryAcquire(units int64) bool {
+	return b.tryAcquireLeaving(units, 0)
+}
+
+// tryAcquireLeaving is TryAcquire for work that must leave spare units
+// free for others (see bodyReservation); the idle rule still applies.
+func (b *InFlight) tryAcquireLeaving(units, spare int64) bool {
+	if b == nil {
+		return true
+	}
+	for {
+		cur := b.n.Load()
+		if cur != 0 && cur+units > b.limit-spare {
+			return false
+		}
+		if b.n.CompareAndSwap(cur, cur+units) {
+			return true
+		}
+	}
+}
+
+// Release gives back units taken by TryAcquire.
+func (b *InFlight) Release(units int64) {
+	if b != nil {
+		b.n.Add(-units)
+	}
+}
+
+// InUse returns the units in flight now.
+func (b *InFlight) InUse() int64 {
+	if b == nil {
+		return 0
+	}
+	return b.n.Load()
+}
+
+// Limit returns the bound, 0 for none.
+func (b *InFlight) Limit() int64 {
+	if b == nil {
+		return 0
+	}
+	return b.limit
+}
+
+// ShedRetryDelay is the delay a refused call is told to wait before trying
+// again: gRPC puts it in the status's errdetails.RetryInfo, HTTP in the
+// JSON body (retry_after_ms) and, rounded up to whole seconds as the
+// header requires, in Retry-After. The work that filled the node finishes
+// in milliseconds; a short delay spreads the retries of many clients
+// without idling the node for long.
+const ShedRetryDelay = 100 * time.Millisecond
+
+// ErrOverloaded: the node refused the call at once because it has as much
+// work in flight as its bound allows (see [InFlight]). Answered with
+// codes.ResourceExhausted / HTTP 429 and a retry delay. Nothing of the call
+// was decided, so it is safe to retry, after ShedRetryDelay or on another
+// node.
+var ErrOverloaded = errors.New("transport: overloaded")
+
+// DefaultInFlightChecks returns the default bound on client checks in flight
+// on one node for batches of at most maxBatch items: 8 full batches per
+// CPU the Go runtime may use.
+//
+// Why 8 × GOMAXPROCS × maxBatch: a node decides a check in about 2 µs of
+// CPU (docs/PERFORMANCE.md), so a full batch of 1000 holds a core ~2 ms.
+// With 8 full batches per core in flight, the last admitted batch waits at
+// most ~16 ms of CPU behind the others — well under clients' deadlines —
+// while 8 per core is enough concurrency to keep every core busy through
+// network and scheduling gaps (the load tool reaches the single-node
+// maximum with 32 callers of batch 100, 3,200 checks, far under the
+// default 16,000 on 2 cores). Past it, the queue would add latency and
+// memory without adding throughput. See docs/PERFORMANCE.md, "Overload and
+// connection limits", for the measurement.
+func DefaultInFlightChecks(maxBatch int) int64 {
+	if maxBatch <= 0 {
+		maxBatch = DefaultMaxBatch
+	}
+	return 8 * int64(runtime.GOMAXPROCS(0)) * int64(maxBatch)
+}
+
+// DefaultPeerInFlightChecks returns the default bound on forwarded checks
+// (and state keys) in flight on one node's peer listener: twice the
+// client bound. Every node's client bound already limits what it can
+// forward, so this bound only matters when the keys of several nodes'
+// traffic pile up on one owner; shedding there sends the checks to the
+// senders' fail policy (less exact), so it is generous.
+func DefaultPeerInFlightChecks(maxBatch int) int64 {
+	return 2 * DefaultInFlightChecks(maxBatch)
+}
+
+// grpcError is the status a gRPC server answers err with (see [Code]). A
+// refusal for overload carries errdetails.RetryInfo with ShedRetryDelay,
+// which gRPC clients and proxies read as "retry after".
+func grpcError(err error) error {
+	code := Code(err)
+	st := status.New(code, err.Error())
+	if code == codes.ResourceExhausted {
+		if d, derr := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(ShedRetryDelay)}); derr == nil {
+			st = d
+		}
+	}
+	return st.Err()
+}
+
+// RetryDelay returns the delay a refusal for overload asks for (its
+// errdetails.RetryInfo), and false when err carries none.
+func RetryDelay(err error) (time.Duration, bool) {
+	st, _ := status.FromError(err) // also finds a wrapped status
+	for _, d := range st.Details() {
+		if ri, ok := d.(*errdetails.RetryInfo); ok && ri.GetRetryDelay() != nil {
+			return ri.GetRetryDelay().AsDuration(), true
+		}
+	}
+	return 0, false
+}
+
+// IsShed reports whether err is a server's refusal for overload:
+// ResourceExhausted with a retry delay. gRPC's own ResourceExhausted (a
+// message over the receive limit) carries no delay and is not a shed:
+// retrying it cannot succeed.
+func IsShed(err error) bool {
+	if status.Code(err) != codes.ResourceExhausted {
+		return false
+	}
+	_, ok := RetryDelay(err)
+	return ok
+}

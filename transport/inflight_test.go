@@ -1,0 +1,342 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/shardlimiter/shardlimiter/internal/poll"
+	"github.com/shardlimiter/shardlimiter/limit"
+	"github.com/shardlimiter/shardlimiter/transport/pb"
+)
+
+func TestInFlightSteps(t *testing.T) {
+	t.Parallel()
+	b := NewInFlight(10)
+	steps := []struct {
+		name    string
+		acquire int64 // > 0: TryAcquire; < 0: Release
+		ok      bool
+		inUse   int64
+	}{
+		{"idle: a batch larger than the bound is admitted", 25, true, 25},
+		{"nothing more while it runs", 1, false, 25},
+		{"it ends", -25, true, 0},
+		{"fits", 4, true, 4},
+		{"fits exactly", 6, true, 10},
+		{"full", 1, false, 10},
+		{"some end", -4, true, 6},
+		{"does not fit the rest", 5, false, 6},
+		{"fits the rest", 4, true, 10},
+		{"not idle: oversize refused", 11, false, 10},
+		{"all end", -10, true, 0},
+	}
+	for _, s := range steps {
+		ok := true
+		if s.acquire > 0 {
+			ok = b.TryAcquire(s.acquire)
+		} else {
+			b.Release(-s.acquire)
+		}
+		if ok != s.ok || b.InUse() != s.inUse {
+			t.Fatalf("%s: TryAcquire/Release(%d) = %v with %d in use, want %v with %d", s.name, s.acquire, ok, b.InUse(), s.ok, s.inUse)
+		}
+	}
+	if b.Limit() != 10 {
+		t.Errorf("Limit() = %d, want 10", b.Limit())
+	}
+}
+
+func TestInFlightNilAdmitsEverything(t *testing.T) {
+	t.Parallel()
+	var b *InFlight
+	if NewInFlight(0) != nil || NewInFlight(-1) != nil {
+		t.Fatal("NewInFlight(<= 0) is not nil")
+	}
+	if !b.TryAcquire(1 << 40) {
+		t.Fatal("nil bound refused")
+	}
+	b.Release(1 << 40)
+	if b.InUse() != 0 || b.Limit() != 0 {
+		t.Fatalf("nil bound: InUse %d Limit %d, want 0 0", b.InUse(), b.Limit())
+	}
+}
+
+// TestInFlightConcurrentNeverExceeds runs many goroutines acquiring and
+// releasing weighted units (run with -race): the units held, counted
+// independently, never exceed the bound, except one oversize acquisition
+// alone; and all units are back at the end.
+func TestInFlightConcurrentNeverExceeds(t *testing.T) {
+	t.Parallel()
+	const bound = 100
+	b := NewInFlight(bound)
+	var held, over atomic.Int64
+	var admitted, refused atomic.Int64
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 2000 {
+				units := int64(1 + (g*7+i)%40)
+				if i%500 == 0 {
+					units = 3 * bound // oversize: only alone
+				}
+				if !b.TryAcquire(units) {
+					refused.Add(1)
+					continue
+				}
+				admitted.Add(1)
+				if h := held.Add(units); h > bound && h != units {
+					over.Add(1)
+				}
+				held.Add(-units)
+				b.Release(units)
+			}
+		})
+	}
+	wg.Wait()
+	if over.Load() != 0 {
+		t.Errorf("%d times more than %d units were held by more than one caller", over.Load(), bound)
+	}
+	if b.InUse() != 0 {
+		t.Errorf("InUse() = %d after every release, want 0", b.InUse())
+	}
+	if admitted.Load() == 0 {
+		t.Errorf("nothing admitted (%d refused)", refused.Load())
+	}
+}
+
+// blockingChecker decides like fakeChecker once release is closed, and
+// reports each call on entered.
+type blockingChecker struct {
+	entered chan int
+	release chan struct{}
+}
+
+func newBlockingChecker() *blockingChecker {
+	return &blockingChecker{entered: make(chan int, 16), release: make(chan struct{})}
+}
+
+func (c *blockingChecker) Check(ctx context.Context, checks []limit.Check) ([]limit.Result, error) {
+	c.entered <- len(checks)
+	select {
+	case <-c.release:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	out := make([]limit.Result, len(checks))
+	for i, ch := range checks {
+		out[i] = fakeDecide(ch, "blocking")
+	}
+	return out, nil
+}
+
+func keyedChecks(prefix string, n int) []limit.Check {
+	out := make([]limit.Check, n)
+	for i := range out {
+		out[i] = mkCheck(fmt.Sprintf("%s%d", prefix, i), 1)
+	}
+	return out
+}
+
+// TestGRPCShedsAtOnce: with 8 of 10 units held by a call in progress, a
+// call of 5 checks is refused at once with ResourceExhausted and a retry
+// delay, and counted; the Peers service of another server with a bound of
+// its own is not affected; once the first call ends, the same call is
+// answered.
+func TestGRPCShedsAtOnce(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	m := NewMetrics(reg)
+	blocking := newBlockingChecker()
+	clientBound, peerBound := NewInFlight(10), NewInFlight(10)
+	_, target, dialer := startGRPC(t, GRPCConfig{Checker: blocking, Metrics: m, InFlight: clientBound})
+	_, peerTarget, peerDialer := startGRPC(t, GRPCConfig{Local: &fakeChecker{owner: "owner"}, Metrics: m, InFlight: peerBound})
+	client := dialClient(t, target, dialer)
+
+	first := make(chan error, 1)
+	go func() {
+		_, err := client.GetRateLimits(ctxTimeout(t), keyedChecks("held", 8))
+		first <- err
+	}()
+	<-blocking.entered
+	if got := clientBound.InUse(); got != 8 {
+		t.Fatalf("InUse() = %d with a call of 8 in progress, want 8", got)
+	}
+	_, err := client.GetRateLimits(ctxTimeout(t), keyedChecks("shed", 5))
+	if status.Code(err) != codes.ResourceExhausted || !errors.Is(err, ErrOverloaded) {
+		t.Fatalf("GetRateLimits(5) with 8 of 10 held = %v, want ResourceExhausted wrapping ErrOverloaded", err)
+	}
+	if d, ok := RetryDelay(err); !ok || d != ShedRetryDelay {
+		t.Errorf("RetryDelay(%v) = %v, %v; want %v, true", err, d, ok, ShedRetryDelay)
+	}
+	if v, _ := sample(t, reg, "shardlimiter_transport_shed_total", "listener", "grpc", "resource", "checks"); v != 1 {
+		t.Errorf("shed_total{grpc,checks} = %v, want 1", v)
+	}
+	// A call that fits the rest is answered meanwhile (it would block in
+	// the checker, so ask the peer server, whose bound is its own).
+	peers := pb.NewPeersClient(dialConn(t, peerTarget, peerDialer))
+	if _, err := peers.ForwardRateLimits(ctxTimeout(t), &pb.ForwardRateLimitsRequest{
+		Requests: []*pb.RateLimitRequest{wireReq("a", 1, nil)}}); err != nil {
+		t.Errorf("ForwardRateLimits on the peer server while the client bound is full = %v", err)
+	}
+	close(blocking.release)
+	if err := <-first; err != nil {
+		t.Fatalf("the call in progress = %v", err)
+	}
+	if _, err := client.GetRateLimits(ctxTimeout(t), keyedChecks("after", 5)); err != nil {
+		t.Fatalf("GetRateLimits(5) after the first call ended = %v", err)
+	}
+	if got := clientBound.InUse(); got != 0 {
+		t.Errorf("InUse() = %d after every call, want 0", got)
+	}
+}
+
+// TestGRPCOversizeBatchOnIdleNode: a batch larger than the whole bound is
+// answered when nothing else is in flight.
+func TestGRPCOversizeBatchOnIdleNode(t *testing.T) {
+	t.Parallel()
+	_, target, dialer := startGRPC(t, GRPCConfig{Checker: &fakeChecker{owner: "o"}, InFlight: NewInFlight(10)})
+	res, err := dialClient(t, target, dialer).GetRateLimits(ctxTimeout(t), keyedChecks("k", 50))
+	if err != nil || len(res) != 50 {
+		t.Fatalf("GetRateLimits(50) with a bound of 10 on an idle server = %d results, %v", len(res), err)
+	}
+}
+
+// TestStateShedsOnThePeerBound: State calls share the bound of their
+// listener's Peers service.
+func TestStateShedsOnThePeerBound(t *testing.T) {
+	t.Parallel()
+	bound := NewInFlight(10)
+	_, target, dialer := startGRPC(t, GRPCConfig{State: &fakeState{}, InFlight: bound})
+	if !bound.TryAcquire(10) {
+		t.Fatal("TryAcquire(10) on an idle bound failed")
+	}
+	state := pb.NewStateClient(dialConn(t, target, dialer))
+	_, err := state.Pull(ctxTimeout(t), &pb.PullStateRequest{From: "x"})
+	if status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("Pull with the bound full = %v, want ResourceExhausted", err)
+	}
+	bound.Release(10)
+	if _, err := state.Pull(ctxTimeout(t), &pb.PullStateRequest{From: "x"}); err != nil {
+		t.Fatalf("Pull with the bound free = %v", err)
+	}
+}
+
+type fakeState struct{}
+
+func (fakeState) Push(context.Context, string, limit.Transfer, []int, []limit.KeyState) error {
+	return nil
+}
+
+func (fakeState) Pull(context.Context, string, uint64, []int) ([]limit.KeyState, error) {
+	return nil, nil
+}
+
+func itemsJSON(prefix string, n int) string {
+	var b strings.Builder
+	b.WriteString(`{"requests":[`)
+	for i := range n {
+		if i > 0 {
+			b.WriteString(",")
+		}
+		fmt.Fprintf(&b, `{"name":"r","unique_key":"%s%d","hits":1,"limit":10,"duration_ms":1000}`, prefix, i)
+	}
+	b.WriteString(`]}`)
+	return b.String()
+}
+
+// TestHTTPShedsWith429: a call that does not fit the in-flight bound is
+// answered 429 with Retry-After and a JSON body naming the delay.
+func TestHTTPShedsWith429(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	bound := NewInFlight(10)
+	srv := startHTTP(t, HTTPConfig{Checker: &fakeChecker{owner: "o"}, InFlight: bound, Telemetry: NewMetrics(reg)})
+	if !bound.TryAcquire(8) { // a call of 8 in progress
+		t.Fatal("TryAcquire(8) on an idle bound failed")
+	}
+	resp, err := srv.Client().Post(srv.URL+"/v1/GetRateLimits", "application/json", strings.NewReader(itemsJSON("k", 5)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") != "1" ||
+		!strings.Contains(string(body), `"retry_after_ms":100`) || !strings.Contains(string(body), "too many checks in flight") {
+		t.Fatalf("POST of 5 with 8 of 10 held = %d Retry-After %q %s; want 429, Retry-After 1 and retry_after_ms",
+			resp.StatusCode, resp.Header.Get("Retry-After"), body)
+	}
+	if v, _ := sample(t, reg, "shardlimiter_transport_shed_total", "listener", "http", "resource", "checks"); v != 1 {
+		t.Errorf("shed_total{http,checks} = %v, want 1", v)
+	}
+	bound.Release(8)
+	if code, out := do(t, srv, http.MethodPost, "/v1/GetRateLimits", itemsJSON("k", 50)); code != http.StatusOK {
+		t.Fatalf("POST of 50 (over the bound) on an idle server = %d %v, want 200", code, out)
+	}
+}
+
+// TestHTTPBodyBytesBound: a body is reserved from its Content-Length before
+// it is read; a request whose body does not fit is refused at once with
+// 429, while the first is still uploading; once that one is answered, the
+// same request is served.
+func TestHTTPBodyBytesBound(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	budget := NewInFlight(1000)
+	srv := startHTTP(t, HTTPConfig{Checker: &fakeChecker{owner: "o"}, BodyBytes: budget, Telemetry: NewMetrics(reg)})
+	slow := itemsJSON("slow", 10) // ~800 bytes
+	pr, pw := io.Pipe()
+	req, err := http.NewRequestWithContext(ctxTimeout(t), http.MethodPost, srv.URL+"/v1/GetRateLimits", pr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.ContentLength = int64(len(slow))
+	answered := make(chan int, 1)
+	go func() {
+		resp, err := srv.Client().Do(req)
+		if err != nil {
+			answered <- -1
+			return
+		}
+		resp.Body.Close()
+		answered <- resp.StatusCode
+	}()
+	if _, err := io.WriteString(pw, slow[:100]); err != nil {
+		t.Fatal(err)
+	}
+	// The reservation is taken once the handler runs.
+	poll.Until(t, 5*time.Second, func() bool { return budget.InUse() == int64(len(slow)) },
+		"the slow request's %d bytes reserved (InUse %d)", len(slow), budget.InUse())
+	small := itemsJSON("small", 5) // ~400 bytes: more than what is left
+	code, out := do(t, srv, http.MethodPost, "/v1/GetRateLimits", small)
+	if code != http.StatusTooManyRequests || !strings.Contains(fmt.Sprint(out["error"]), "request bytes") {
+		t.Fatalf("POST of %d bytes with %d of 1000 reserved = %d %v, want 429", len(small), len(slow), code, out)
+	}
+	if v, _ := sample(t, reg, "shardlimiter_transport_shed_total", "listener", "http", "resource", "body_bytes"); v != 1 {
+		t.Errorf("shed_total{http,body_bytes} = %v, want 1", v)
+	}
+	if _, err := io.WriteString(pw, slow[100:]); err != nil {
+		t.Fatal(err)
+	}
+	pw.Close()
+	if got := <-answered; got != http.StatusOK {
+		t.Fatalf("slow request = %d, want 200", got)
+	}
+	if code, out := do(t, srv, http.MethodPost, "/v1/GetRateLimits", small); code != http.StatusOK {
+		t.Fatalf("POST after the slow request = %d %v, want 200", code, out)
+	}
+	if budget.InUse() != 0 {
+		t.Errorf("InUse() = %d after every request, want 0", budget.InUse())
+	}
+}
