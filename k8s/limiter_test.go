@@ -42,6 +42,9 @@ type limiterPod struct {
 	Env map[string]string
 	// FieldRefs maps variables set from the downward API to their field path.
 	FieldRefs map[string]string
+	// ResourceRefs maps variables set from the downward API to the
+	// container resource they read.
+	ResourceRefs map[string]*corev1.ResourceFieldSelector
 	// Order is the position of each variable in env (for $(VAR) expansion,
 	// which only sees variables defined earlier).
 	Order map[string]int
@@ -96,6 +99,7 @@ func newLimiterPod(kind string, meta metav1.ObjectMeta, sel *metav1.LabelSelecto
 // rendered ConfigMaps it refers to.
 func (r *rendered) resolveEnv(p *limiterPod) error {
 	p.Env, p.FieldRefs, p.Order = map[string]string{}, map[string]string{}, map[string]int{}
+	p.ResourceRefs = map[string]*corev1.ResourceFieldSelector{}
 	for _, src := range p.Container.EnvFrom {
 		if src.ConfigMapRef == nil {
 			return fmt.Errorf("envFrom %+v: only ConfigMaps are expected", src)
@@ -115,6 +119,9 @@ func (r *rendered) resolveEnv(p *limiterPod) error {
 			p.Env[e.Name] = e.Value
 		case e.ValueFrom.FieldRef != nil:
 			p.FieldRefs[e.Name] = e.ValueFrom.FieldRef.FieldPath
+			delete(p.Env, e.Name)
+		case e.ValueFrom.ResourceFieldRef != nil:
+			p.ResourceRefs[e.Name] = e.ValueFrom.ResourceFieldRef
 			delete(p.Env, e.Name)
 		case e.ValueFrom.ConfigMapKeyRef != nil:
 			ref := e.ValueFrom.ConfigMapKeyRef

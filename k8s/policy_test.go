@@ -7,7 +7,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/intstr"
 )
 
@@ -63,8 +62,9 @@ func deref[T any](p *T) any {
 	return *p
 }
 
-// checkResources: requests and limits set, and the Go runtime's soft memory
-// limit below the container's hard one.
+// checkResources: requests and limits set, and the node's memory budget
+// read from the container's own memory limit (so that the limit is set in
+// one place; the binary derives the Go runtime's soft limit from it).
 func checkResources(t *testing.T, _ *rendered, p *limiterPod, _ overlayWant) {
 	res := p.Container.Resources
 	for _, name := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
@@ -78,20 +78,26 @@ func checkResources(t *testing.T, _ *rendered, p *limiterPod, _ overlayWant) {
 			t.Errorf("%s request %s > limit %s", name, req.String(), lim.String())
 		}
 	}
-	v, ok := p.Env["GOMEMLIMIT"]
+	ref, ok := p.ResourceRefs["SHARDLIMITER_MAX_MEMORY"]
 	if !ok {
-		t.Fatal("GOMEMLIMIT is not set: the Go heap may grow into the memory limit")
+		t.Fatalf("SHARDLIMITER_MAX_MEMORY is not read from the container's memory limit (literal %q): the budget and the limit can drift apart", p.Env["SHARDLIMITER_MAX_MEMORY"])
 	}
-	soft, err := goMemLimit(v)
-	if err != nil {
-		t.Fatal(err)
+	if ref.Resource != "limits.memory" || (ref.ContainerName != "" && ref.ContainerName != limiterContainerName) {
+		t.Errorf("SHARDLIMITER_MAX_MEMORY reads %s of container %q, want limits.memory of %q", ref.Resource, ref.ContainerName, limiterContainerName)
 	}
-	hard := res.Limits[corev1.ResourceMemory]
-	if soft >= hard.Value() || soft < hard.Value()/2 {
-		t.Errorf("GOMEMLIMIT = %s (%d bytes), want between half the memory limit and the limit %s", v, soft, hard.String())
+	if d := ref.Divisor; !d.IsZero() && d.Value() != 1 {
+		t.Errorf("SHARDLIMITER_MAX_MEMORY divisor %s: the binary reads bytes, want 1 or none", d.String())
 	}
-	if q := resource.NewQuantity(soft, resource.BinarySI); q.Cmp(res.Requests[corev1.ResourceMemory]) < 0 {
-		t.Logf("note: GOMEMLIMIT %s is below the memory request", q.String())
+	// An explicit GOMEMLIMIT overrides the soft limit the binary derives:
+	// if one is set, it must still sit under the hard limit.
+	if v, ok := p.Env["GOMEMLIMIT"]; ok {
+		soft, err := goMemLimit(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if hard := res.Limits[corev1.ResourceMemory]; soft >= hard.Value() || soft < hard.Value()/2 {
+			t.Errorf("GOMEMLIMIT = %s (%d bytes), want between half the memory limit and the limit %s", v, soft, hard.String())
+		}
 	}
 }
 
