@@ -18,6 +18,10 @@ type Check struct {
 	Key  string // the limited entity, e.g. "account:42"; the ring routes on it
 	Hits int64  // 0 peeks: report the state, consume nothing
 	Rule Rule
+	// Chained joins this check to the next one of its batch: a run of
+	// chained checks ended by an unchained one is a group, decided all or
+	// nothing (see Group).
+	Chained bool
 }
 
 // Validate reports the first problem with the check, or nil. Its messages

@@ -29,6 +29,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"hash/maphash"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -175,6 +176,7 @@ type Node struct {
 	peers     peerSet
 	m         *metrics
 	keyBufs   sync.Pool // *keyBuf
+	groups    groupLocks
 
 	ho          *handoff
 	jobsMu      sync.Mutex
@@ -239,6 +241,7 @@ func New(cfg Config) (*Node, error) {
 		limit.SlidingLog:    window.NewLog(tc),
 	}
 	n.keyBufs.New = func() any { return &keyBuf{b: make([]byte, 0, 64)} }
+	n.groups.seed = maphash.MakeSeed()
 	n.peers.cfg, n.peers.backoff, n.peers.self = cfg.Peer, cfg.PeerBackoff, cfg.Name
 	n.peers.log = n.log
 	// Suspensions measure real time: Config.Now is the clock of decisions,

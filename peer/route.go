@@ -40,30 +40,34 @@ func (n *Node) Check(ctx context.Context, checks []limit.Check) ([]limit.Result,
 	marked := n.ho.busy()
 	var remote [][]int // by owner index: the items to forward there
 	var moved []routed // items of partitions moved elsewhere
-	for i := range checks {
+	for i, end := 0, 0; i < len(checks); i = end {
 		c := &checks[i]
-		if err := c.Validate(); err != nil {
-			res[i] = limit.Failed(limit.Invalid, err)
+		if end = validRun(checks, i, res); end < 0 {
+			end = -end
 			continue
 		}
 		o := v.snap.OwnerIndex(c.Key)
 		if marked {
 			if self, to := n.markedRoute(v, c.Key); self {
-				res[i] = n.decide(kb, c, now)
+				n.decideRun(kb, checks[i:end], res[i:end], now)
 				continue
 			} else if to.Name != "" {
-				moved = append(moved, routed{to, i})
+				for j := i; j < end; j++ {
+					moved = append(moved, routed{to, j})
+				}
 				continue
 			}
 		}
 		if o == v.self {
-			res[i] = n.decide(kb, c, now)
+			n.decideRun(kb, checks[i:end], res[i:end], now)
 			continue
 		}
 		if remote == nil {
 			remote = make([][]int, v.snap.Len())
 		}
-		remote[o] = append(remote[o], i)
+		for j := i; j < end; j++ {
+			remote[o] = append(remote[o], j)
+		}
 	}
 	n.ho.deciding.RUnlock()
 
@@ -231,35 +235,62 @@ func (n *Node) CheckLocal(ctx context.Context, checks []limit.Check) ([]limit.Re
 	now := n.cfg.Now().UnixNano()
 	v := n.view.Load()
 	marked := n.ho.busy()
-	for i := range checks {
+	for i, end := 0, 0; i < len(checks); i = end {
 		c := &checks[i]
-		if err := c.Validate(); err != nil {
-			res[i] = limit.Failed(limit.Invalid, err)
+		if end = validRun(checks, i, res); end < 0 {
+			end = -end
 			continue
 		}
 		if standin {
-			res[i] = n.decide(kb, c, now)
-			n.m.standin.Inc()
+			n.decideRun(kb, checks[i:end], res[i:end], now)
+			n.m.standin.Add(float64(end - i))
 			continue
 		}
 		o := v.snap.OwnerIndex(c.Key)
+		owner := ""
 		if marked {
 			if self, to := n.markedRoute(v, c.Key); self {
-				res[i] = n.decide(kb, c, now)
+				n.decideRun(kb, checks[i:end], res[i:end], now)
 				continue
 			} else if to.Name != "" {
-				res[i] = notOwner(to.Name)
-				continue
+				owner = to.Name
 			}
 		}
-		if o == v.self {
-			res[i] = n.decide(kb, c, now)
+		if owner == "" && o == v.self {
+			n.decideRun(kb, checks[i:end], res[i:end], now)
 			continue
 		}
-		res[i] = notOwner(v.snap.Member(o).Name)
-		n.m.notOwner.Inc()
+		if owner == "" {
+			owner = v.snap.Member(o).Name
+			n.m.notOwner.Add(float64(end - i))
+		}
+		for j := i; j < end; j++ {
+			res[j] = notOwner(owner)
+		}
 	}
 	return res, nil
+}
+
+// validRun validates the check at i, or the group it starts (see
+// limit.Check.Chained), and returns the run's end (exclusive). An invalid
+// run is answered in res, every check of it failed, and its end is
+// returned negated.
+func validRun(checks []limit.Check, i int, res []limit.Result) int {
+	if !checks[i].Chained {
+		if err := checks[i].Validate(); err != nil {
+			res[i] = limit.Failed(limit.Invalid, err)
+			return -(i + 1)
+		}
+		return i + 1
+	}
+	end := limit.GroupEnd(checks, i)
+	if err := limit.ValidateGroup(checks[i:end]); err != nil {
+		for j := i; j < end; j++ {
+			res[j] = limit.Failed(limit.Invalid, err)
+		}
+		return -end
+	}
+	return end
 }
 
 func notOwner(owner string) limit.Result {
@@ -290,8 +321,14 @@ func (n *Node) decideHere(ctx context.Context, checks []limit.Check, idx []int, 
 		n.ho.deciding.RLock()
 	}
 	now := n.cfg.Now().UnixNano()
-	for _, i := range idx {
-		res[i] = n.decide(kb, &checks[i], now)
+	for p := 0; p < len(idx); p++ {
+		i, q := idx[p], p
+		for checks[idx[q]].Chained && q+1 < len(idx) && idx[q+1] == idx[q]+1 {
+			q++
+		}
+		end := idx[q] + 1
+		n.decideRun(kb, checks[i:end], res[i:end], now)
+		p = q
 	}
 	n.ho.deciding.RUnlock()
 	n.keyBufs.Put(kb)

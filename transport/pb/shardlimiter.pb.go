@@ -194,7 +194,12 @@ type RateLimitRequest struct {
 	// TOKEN_BUCKET: warm-up period after idleness, milliseconds.
 	WarmupMs int64 `protobuf:"varint,9,opt,name=warmup_ms,json=warmupMs,proto3" json:"warmup_ms,omitempty"`
 	// Bit flags of Behavior.
-	Behavior      Behavior `protobuf:"varint,10,opt,name=behavior,proto3,enum=shardlimiter.v1.Behavior" json:"behavior,omitempty"`
+	Behavior Behavior `protobuf:"varint,10,opt,name=behavior,proto3,enum=shardlimiter.v1.Behavior" json:"behavior,omitempty"`
+	// Joins this item to the next one of the batch: a run of chained items
+	// ended by an unchained one is a group, decided all or nothing on the
+	// items' owner (every item admits and counts its hits, or none does).
+	// The items of a group must share unique_key; at most 16 per group.
+	Chained       bool `protobuf:"varint,11,opt,name=chained,proto3" json:"chained,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -297,6 +302,13 @@ func (x *RateLimitRequest) GetBehavior() Behavior {
 		return x.Behavior
 	}
 	return Behavior_DEFAULT
+}
+
+func (x *RateLimitRequest) GetChained() bool {
+	if x != nil {
+		return x.Chained
+	}
+	return false
 }
 
 type RateLimitResponse struct {
@@ -596,7 +608,7 @@ var File_shardlimiter_v1_shardlimiter_proto protoreflect.FileDescriptor
 
 const file_shardlimiter_v1_shardlimiter_proto_rawDesc = "" +
 	"\n" +
-	"\"shardlimiter/v1/shardlimiter.proto\x12\x0fshardlimiter.v1\"\xdc\x02\n" +
+	"\"shardlimiter/v1/shardlimiter.proto\x12\x0fshardlimiter.v1\"\xf6\x02\n" +
 	"\x10RateLimitRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1d\n" +
 	"\n" +
@@ -610,7 +622,8 @@ const file_shardlimiter_v1_shardlimiter_proto_rawDesc = "" +
 	"\x0fmin_interval_ms\x18\b \x01(\x03R\rminIntervalMs\x12\x1b\n" +
 	"\twarmup_ms\x18\t \x01(\x03R\bwarmupMs\x125\n" +
 	"\bbehavior\x18\n" +
-	" \x01(\x0e2\x19.shardlimiter.v1.BehaviorR\bbehavior\"\xfe\x02\n" +
+	" \x01(\x0e2\x19.shardlimiter.v1.BehaviorR\bbehavior\x12\x18\n" +
+	"\achained\x18\v \x01(\bR\achained\"\xfe\x02\n" +
 	"\x11RateLimitResponse\x12/\n" +
 	"\x06status\x18\x01 \x01(\x0e2\x17.shardlimiter.v1.StatusR\x06status\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x03R\x05limit\x12\x1c\n" +

@@ -45,18 +45,24 @@ func AppendChecks(b []byte, checks []limit.Check, offs []int) ([]byte, error) {
 	return b, nil
 }
 
-// varints are r's varint fields, reqHits to reqBehavior, as protobuf-go
-// writes them: enums are int32, sign-extended.
-func (r *Request) varints() [8]uint64 {
-	return [8]uint64{uint64(r.Hits), uint64(r.Limit), uint64(r.DurationMs), uint64(r.Algorithm),
-		uint64(r.Burst), uint64(r.MinIntervalMs), uint64(r.WarmupMs), uint64(r.Behavior)}
+// varints are r's varint fields, reqHits to reqChained, as protobuf-go
+// writes them: enums are int32, sign-extended; a bool is 0 or 1.
+func (r *Request) varints() [numReqVarints]uint64 {
+	var chained uint64
+	if r.Chained {
+		chained = 1
+	}
+	return [numReqVarints]uint64{uint64(r.Hits), uint64(r.Limit), uint64(r.DurationMs), uint64(r.Algorithm),
+		uint64(r.Burst), uint64(r.MinIntervalMs), uint64(r.WarmupMs), uint64(r.Behavior), chained}
 }
 
 // setVarints is the inverse of varints, as proto.Unmarshal reads the
-// fields: int64 fields take the 64 bits, enums the low 32.
-func (r *Request) setVarints(v *[8]uint64) {
+// fields: int64 fields take the 64 bits, enums the low 32, a bool is true
+// when not 0.
+func (r *Request) setVarints(v *[numReqVarints]uint64) {
 	r.Hits, r.Limit, r.DurationMs, r.Algorithm = int64(v[0]), int64(v[1]), int64(v[2]), int32(v[3])
 	r.Burst, r.MinIntervalMs, r.WarmupMs, r.Behavior = int64(v[4]), int64(v[5]), int64(v[6]), int32(v[7])
+	r.Chained = v[8] != 0
 }
 
 // size is the size of r without its own tag and length.
@@ -182,7 +188,7 @@ type requestDecoder struct {
 
 func (d *requestDecoder) item(b []byte) error {
 	d.req = Request{}
-	var varints [8]uint64
+	var varints [numReqVarints]uint64
 	for len(b) > 0 {
 		num, typ, n := consumeTag(b)
 		if n < 0 {
@@ -206,7 +212,7 @@ func (d *requestDecoder) item(b []byte) error {
 				return err
 			}
 			n = m
-		case typ == protowire.VarintType && num >= reqHits && num <= reqBehavior:
+		case typ == protowire.VarintType && num >= reqHits && num <= reqChained:
 			varints[num-reqHits], n = protowire.ConsumeVarint(b)
 			if n < 0 {
 				return malformed("request item", n)

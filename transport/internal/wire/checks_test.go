@@ -19,7 +19,7 @@ import (
 // encoder must carry them as RequestOf says.
 func randCheck(r *rand.Rand) limit.Check {
 	durs := []time.Duration{0, 1, time.Millisecond, 1500 * time.Microsecond, -time.Second, limit.MaxPeriod, time.Duration(r.Int64())}
-	return limit.Check{Name: randString(r), Key: randString(r), Hits: randInt(r),
+	return limit.Check{Name: randString(r), Key: randString(r), Hits: randInt(r), Chained: r.IntN(2) == 0,
 		Rule: limit.Rule{
 			Algorithm:   limit.Algorithm(r.IntN(256)),
 			Limit:       randInt(r),
@@ -154,7 +154,7 @@ func checkDecodeChecksLikeProto(t testing.TB, data []byte) {
 func randRequest(r *rand.Rand) *pb.RateLimitRequest {
 	return &pb.RateLimitRequest{Name: randString(r), UniqueKey: randString(r), Hits: randInt(r), Limit: randInt(r),
 		DurationMs: randInt(r), Algorithm: pb.Algorithm(r.IntN(7) - 1), Burst: randInt(r),
-		MinIntervalMs: randInt(r), WarmupMs: randInt(r), Behavior: pb.Behavior(r.IntN(6) - 1)}
+		MinIntervalMs: randInt(r), WarmupMs: randInt(r), Behavior: pb.Behavior(r.IntN(6) - 1), Chained: r.IntN(2) == 0}
 }
 
 func TestDecodeChecksMatchesProto(t *testing.T) {

@@ -47,6 +47,7 @@ type Request struct {
 	MinIntervalMs int64
 	WarmupMs      int64
 	Behavior      int32
+	Chained       bool
 }
 
 // RequestOf is the request a client sends for c.
@@ -58,6 +59,7 @@ func RequestOf(c *limit.Check) Request {
 		Burst:      c.Rule.Burst, MinIntervalMs: ceilMs(int64(c.Rule.MinInterval)),
 		WarmupMs: ceilMs(int64(c.Rule.Warmup)),
 		Behavior: int32(c.Rule.Behavior),
+		Chained:  c.Chained,
 	}
 }
 
@@ -83,9 +85,10 @@ func (r *Request) Check() (limit.Check, error) {
 		return limit.Check{}, err
 	}
 	return limit.Check{
-		Name: r.Name,
-		Key:  r.Key,
-		Hits: r.Hits,
+		Name:    r.Name,
+		Key:     r.Key,
+		Hits:    r.Hits,
+		Chained: r.Chained,
 		Rule: limit.Rule{
 			Algorithm:   limit.Algorithm(r.Algorithm),
 			Limit:       r.Limit,

@@ -56,7 +56,7 @@ const (
 const (
 	reqName protowire.Number = iota + 1
 	reqKey
-	reqHits // first varint field; the others follow up to reqBehavior
+	reqHits // first varint field; the others follow up to reqChained
 	reqLimit
 	reqDuration
 	reqAlgorithm
@@ -64,7 +64,11 @@ const (
 	reqMinInterval
 	reqWarmup
 	reqBehavior
+	reqChained // bool
 )
+
+// numReqVarints is the number of varint fields of RateLimitRequest.
+const numReqVarints = int(reqChained - reqHits + 1)
 
 // RateLimitResponse and its metadata map's entries.
 const (
