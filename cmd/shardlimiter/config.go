@@ -42,6 +42,12 @@ type config struct {
 	replication   time.Duration
 	handoff       time.Duration
 	pprof         bool
+	maxInflight   int64  // client checks in flight; 0 = no bound
+	maxPeerFlight int64  // forwarded checks and state keys in flight; 0 = no bound
+	maxMemory     int64  // bytes; see memory.go
+	memorySource  string // where maxMemory came from: flag, cgroup or default
+	readTimeout   time.Duration
+	idleTimeout   time.Duration
 }
 
 // envName returns the environment variable that also sets flag name.
@@ -82,6 +88,11 @@ func newFlagSet(name string, out io.Writer) (*flag.FlagSet, map[string]*string) 
 	def("peer-timeout", "1s", "deadline of one forwarding RPC to a peer")
 	def("replication-interval", "100ms", "how often changed keys are sent to the node that would own them next, so a crash loses at most this much of each key's hits; 0 turns replication off")
 	def("handoff-timeout", "5s", "on SIGTERM: how long to wait for the new owners to take this node's keys before exiting anyway")
+	def("max-inflight", "auto", "most client checks (gRPC and HTTP, weighted by batch size) in progress at once; a call past it is refused at once with RESOURCE_EXHAUSTED / HTTP 429 and a retry delay; auto = 8 × GOMAXPROCS × --max-batch; 0 = no bound")
+	def("max-peer-inflight", "auto", "most forwarded checks and state keys in progress at once on the peer listener, a bound of its own so client floods cannot starve owners; auto = 2 × the automatic --max-inflight; 0 = no bound")
+	def("max-memory", "auto", "the node's memory budget: 512MiB, 2GiB, 1G (10^9) or plain bytes; the tables keep within a share of it and the Go runtime collects before it is reached (unless GOMEMLIMIT is set); auto = 90% of the cgroup memory limit, else 2GiB")
+	def("read-timeout", "15s", "HTTP: longest time to read a whole request, headers and body; a stalled upload is closed after it")
+	def("idle-timeout", "60s", "HTTP keep-alive and client gRPC connections with no request in progress are closed after this long")
 	pprof := boolString("false")
 	raw["pprof"] = (*string)(&pprof)
 	fs.Var(&pprof, "pprof", "serve Go profiles at /debug/pprof/ on the HTTP address, for operators profiling a node (env "+envName("pprof")+")")
@@ -188,6 +199,7 @@ func validate(raw map[string]*string) (config, error) {
 	if c.pprof, err = strconv.ParseBool(*raw["pprof"]); err != nil {
 		bad("pprof", "want true or false, got %q", *raw["pprof"])
 	}
+	validateLimits(raw, &c, bad)
 	return c, errors.Join(errs...)
 }
 

@@ -50,6 +50,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return exitUsage
 	}
 	log := newLogger(cfg, stderr)
+	applyMemoryBudget(cfg, getenv, log)
 	s, err := newServer(cfg, log)
 	if err != nil {
 		log.Error("cannot start", "err", err)

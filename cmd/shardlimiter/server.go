@@ -102,6 +102,10 @@ func newServer(cfg config, log *slog.Logger) (s *server, err error) {
 	}
 
 	tm := transport.NewMetrics(reg)
+	clientBound := transport.NewInFlight(cfg.maxInflight)
+	peerBound := transport.NewInFlight(cfg.maxPeerFlight)
+	bodyBytes := transport.NewInFlight(transport.DefaultBodyBytes)
+	transport.RegisterInFlight(reg, clientBound, peerBound, bodyBytes)
 
 	s.gossip, err = gossip.New(gossip.Config{
 		NodeName:      name,
@@ -119,11 +123,15 @@ func newServer(cfg config, log *slog.Logger) (s *server, err error) {
 	s.sec.members = s.gossip
 	registerGossipMetrics(reg, s.gossip)
 	peerCfg := transport.PeerConfig{Timeout: cfg.peerTimeout, Metrics: tm}
-	var peerServerOpts []grpc.ServerOption
+	peerServerOpts := transport.ConnLimits{
+		MaxConnectionIdle:    transport.PeerIdleTimeout,
+		MaxConcurrentStreams: transport.PeerMaxConcurrentStreams,
+		MaxRecvMsgSize:       transport.MaxStateMessage, // State pushes; Peers batches are far smaller
+	}.ServerOptions()
 	if s.sec.peer != nil {
 		peerCfg.DialOptions = []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(s.sec.peer.ClientConfig()))}
-		peerServerOpts = []grpc.ServerOption{grpc.Creds(transport.ServerCredentials(
-			s.sec.peer.ServerConfig(true, "h2"), transport.ListenerPeer, s.sec.refusal))}
+		peerServerOpts = append(peerServerOpts, grpc.Creds(transport.ServerCredentials(
+			s.sec.peer.ServerConfig(true, "h2"), transport.ListenerPeer, s.sec.refusal)))
 	}
 	s.node, err = peer.New(peer.Config{
 		Name:                name,
@@ -131,6 +139,7 @@ func newServer(cfg config, log *slog.Logger) (s *server, err error) {
 		PeerAddr:            s.peerAddr,
 		Gossip:              s.gossip,
 		MaxKeys:             cfg.maxKeys,
+		MaxMemory:           cfg.maxMemory,
 		FailPolicy:          cfg.failPolicy,
 		Peer:                peerCfg,
 		ReplicationInterval: cfg.replication,
@@ -141,7 +150,10 @@ func newServer(cfg config, log *slog.Logger) (s *server, err error) {
 	if err != nil {
 		return nil, err
 	}
-	var clientOpts []grpc.ServerOption
+	clientOpts := transport.ConnLimits{
+		MaxConnectionIdle: cfg.idleTimeout,
+		MaxRecvMsgSize:    transport.MaxRequestBytes(cfg.maxBatch),
+	}.ServerOptions()
 	if tc := s.sec.serverTLS("h2"); tc != nil {
 		clientOpts = append(clientOpts, grpc.Creds(transport.ServerCredentials(tc, transport.ListenerGRPC, s.sec.refusal)))
 	}
@@ -149,6 +161,7 @@ func newServer(cfg config, log *slog.Logger) (s *server, err error) {
 		Checker:       s.node,
 		MaxBatch:      cfg.maxBatch,
 		Metrics:       tm,
+		InFlight:      clientBound,
 		ServerOptions: clientOpts,
 	})
 	s.peers = transport.NewGRPCServer(transport.GRPCConfig{
@@ -156,6 +169,7 @@ func newServer(cfg config, log *slog.Logger) (s *server, err error) {
 		State:         s.node,
 		MaxBatch:      cfg.maxBatch,
 		Metrics:       tm,
+		InFlight:      peerBound,
 		ServerOptions: peerServerOpts,
 	})
 	var handler http.Handler = transport.NewHTTPHandler(transport.HTTPConfig{
@@ -165,24 +179,18 @@ func newServer(cfg config, log *slog.Logger) (s *server, err error) {
 		Cluster:   func() any { return s.node.Cluster() },
 		Metrics:   promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
 		Telemetry: tm,
+		InFlight:  clientBound,
+		BodyBytes: bodyBytes,
 	})
 	if cfg.pprof {
 		handler = withPprof(handler)
 	}
-	s.http = &http.Server{
-		Handler:           handler,
-		ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}
+	s.http = newHTTPServer(cfg, handler, log)
 	if tc := s.sec.serverTLS("h2", "http/1.1"); tc != nil {
 		s.httpLis = transport.TLSListener(s.httpLis, tc, transport.ListenerHTTP, s.sec.refusal)
 	}
 	if s.healthLis != nil {
-		s.health = &http.Server{
-			Handler:           transport.NewHealthHandler(s.node.Ready),
-			ReadHeaderTimeout: 10 * time.Second,
-			ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-		}
+		s.health = newHTTPServer(cfg, transport.NewHealthHandler(s.node.Ready), log)
 	}
 	return s, nil
 }
@@ -320,11 +328,37 @@ func withPprof(h http.Handler) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/profile", unbounded(pprof.Profile))
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	mux.HandleFunc("/debug/pprof/trace", unbounded(pprof.Trace))
 	mux.Handle("/", h)
 	return mux
+}
+
+// unbounded lifts the HTTP write deadline for h: CPU profiles and traces
+// take as long as the operator asks (?seconds=N), longer than the
+// server's WriteTimeout.
+func unbounded(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		_ = http.NewResponseController(w).SetWriteDeadline(time.Time{})
+		h(w, r)
+	}
+}
+
+// newHTTPServer returns an HTTP server of h with the node's connection
+// limits: a deadline on the whole request (headers and body) and on the
+// answer, an idle keep-alive timeout and a header size cap.
+func newHTTPServer(cfg config, h http.Handler, log *slog.Logger) *http.Server {
+	header, read, write, idle := httpTimeouts(cfg)
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: header,
+		ReadTimeout:       read,
+		WriteTimeout:      write,
+		IdleTimeout:       idle,
+		MaxHeaderBytes:    maxHeaderBytes,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
 }
 
 // followReadiness keeps the gRPC health status equal to /readyz (joined,
