@@ -28,7 +28,11 @@ func TestRuleValidate(t *testing.T) {
 		{"negative warmup", func(r *Rule) { r.Warmup = -time.Millisecond }, "warmup_ms must be >= 0"},
 		{"min interval on a bucket", func(r *Rule) { r.MinInterval = time.Second }, "min_interval_ms applies to SLIDING_LOG only"},
 		{"min interval on the log", func(r *Rule) { r.Algorithm = SlidingLog; r.MinInterval = time.Second }, ""},
+		{"log limit at the bound", func(r *Rule) { r.Algorithm = SlidingLog; r.Limit = MaxLogLimit }, ""},
 		{"log limit too large", func(r *Rule) { r.Algorithm = SlidingLog; r.Limit = MaxLogLimit + 1 }, "SLIDING_LOG limit must be <="},
+		{"log limit of 100000", func(r *Rule) { r.Algorithm = SlidingLog; r.Limit = 100_000 },
+			"SLIDING_LOG limit must be <= 65536 (the log keeps one entry per admitted action); use SLIDING_WINDOW for larger limits, got 100000"},
+		{"window limit of 100000", func(r *Rule) { r.Algorithm = SlidingWindow; r.Limit = 100_000 }, ""},
 		{"unknown behavior", func(r *Rule) { r.Behavior = 8 }, "unknown behavior flags 0x8"},
 		{"refill too long", func(r *Rule) { r.Limit = 1; r.Burst = MaxLimit; r.Period = MaxPeriod }, "to refill"},
 	}

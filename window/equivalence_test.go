@@ -260,6 +260,6 @@ func TestRetryAfterExact(t *testing.T) {
 // clone returns a deep copy of s.
 func (s *logState) clone() *logState {
 	c := *s
-	c.buf = append([]int64(nil), s.buf...)
+	c.buf = append(s.buf[:0:0], s.buf...)
 	return &c
 }

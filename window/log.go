@@ -7,14 +7,16 @@ import (
 	"github.com/shardlimiter/shardlimiter/table"
 )
 
-// logState is one SLIDING_LOG key: the timestamps of the hits it counts,
-// oldest first, one per hit. The zero logState is a fresh key.
+// logState is one SLIDING_LOG key: the actions whose hits it counts,
+// oldest first, one run (an instant and its hits) per action, whatever
+// its hits. The zero logState is a fresh key. Its methods need the
+// entry's mutex held.
 //
-// Expired timestamps are dropped only when hits are recorded, so a key
-// that has recorded anything holds at least the last action's timestamp:
-// the newest one, which MinInterval is measured from.
+// Expired runs are dropped only when hits are recorded, so a key that has
+// recorded anything holds at least the last action's run: the newest one,
+// which MinInterval is measured from.
 type logState struct {
-	ring
+	runs
 	// idleAt is 0 for a fresh key; otherwise the instant from which the
 	// key is equivalent to a fresh one: its last action + max(Period,
 	// MinInterval) under the rule of that action. From then on a take
@@ -25,6 +27,11 @@ type logState struct {
 // last returns the instant of the last recorded action; idleAt must be
 // non-zero.
 func (s *logState) last() int64 { return s.newest() }
+
+// heapBytes returns the bytes s holds on the heap beyond the logState
+// itself: its run buffer, at most limit.MaxLogEntries runs (1 MiB). The
+// entry's mutex must be held.
+func (s *logState) heapBytes() int64 { return s.runs.heapBytes() }
 
 // take applies hits at now under r and returns the decision. The caller
 // holds the entry's mutex.
@@ -41,17 +48,17 @@ func (s *logState) take(now int64, r limit.Rule, hits int64) limit.Decision {
 	at := now // the instant the take counts at
 	if s.idleAt != 0 {
 		// A clock stepped back counts as the last action's instant: the
-		// window never slides backwards, timestamps stay sorted.
+		// window never slides backwards, runs stay sorted.
 		at = max(at, s.last())
 	}
 	p, lim, mi := int64(r.Period), r.Limit, int64(r.MinInterval)
-	k := s.firstAfter(at - p)
-	n := int64(s.n) - int64(k)
-	ask := max(hits, 1) // a peek answers as a check of one hit would
+	k := s.firstAfter(at - p) // the oldest counted run
+	n := s.hitsFrom(k)        // the counted hits
+	ask := max(hits, 1)       // a peek answers as a check of one hit would
 	d := limit.Decision{Allowed: ask <= lim-n && (s.idleAt == 0 || at-s.last() >= mi)}
 	if hits > 0 && (d.Allowed || r.Behavior.Has(limit.CountRejected)) {
-		s.record(at, min(hits, lim), k, int(max(lim, n)), max(p, mi))
-		k, n = 0, int64(s.n)
+		s.record(at, min(hits, lim), k, max(lim, n), max(p, mi))
+		k, n = 0, s.hitsFrom(0)
 	}
 	d.Remaining = max(lim-n, 0)
 	d.ResetAt = now
@@ -67,27 +74,29 @@ func (s *logState) take(now int64, r limit.Rule, hits int64) limit.Decision {
 	return d
 }
 
-// record drops the k expired timestamps and records h hits at t, keeping
-// at most bound (≥ h) timestamps: under COUNT_REJECTED the oldest give way.
-// Keeping only the newest Limit timestamps changes no decision: the hits
-// counted at any later instant are the newest ones, and once Limit of them
-// are counted every check is rejected anyway.
-func (s *logState) record(t int64, h int64, k, bound int, idleAfter int64) {
+// record drops the k expired runs and records h hits at t, keeping at
+// most bound (≥ h) hits: under COUNT_REJECTED the oldest give way, the
+// oldest run they leave losing part of its hits if need be. Keeping only
+// the newest Limit hits changes no decision: the hits counted at any later
+// instant are the newest ones, and once Limit of them are counted every
+// check is rejected anyway.
+func (s *logState) record(t int64, h int64, k int, bound, idleAfter int64) {
 	s.drop(k)
-	s.push(t, int(h), bound)
+	s.push(t, h, bound)
 	s.idleAt = t + idleAfter
 }
 
 // retryAt returns the first instant at which a check of lim−need hits
-// passes: once the n counted hits (the oldest at index k) have fallen to
+// passes: once the n counted hits (the oldest in run k) have fallen to
 // need and MinInterval has passed since the last action, or once the key
 // has gone idle. Exact: at that instant the check passes, one ns earlier
 // it fails.
 func (s *logState) retryAt(at int64, k int, n, p, need, mi int64) int64 {
 	t := at
 	if n > need {
-		// The (n−need)-th oldest counted hit must leave the window.
-		t = max(t, s.at(k+int(n-need)-1)+p)
+		// The run that holds the (n−need)-th oldest counted hit must
+		// leave the window.
+		t = max(t, s.at(s.holding(k, n-need)).t+p)
 	}
 	if s.idleAt != 0 {
 		t = max(t, s.last()+mi)
@@ -106,8 +115,9 @@ func (s *logState) clear() {
 // idleSlack before now.
 func (s *logState) idle(now int64) bool { return s.idleAt == 0 || s.idleAt <= now-idleSlack }
 
-// Log is the SLIDING_LOG table: an exact log of the hits each key counts,
-// at most Limit timestamps per key, with an optional minimum interval
+// Log is the SLIDING_LOG table: an exact log of the actions whose hits
+// each key counts, one run of 16 bytes per action and at most Limit (≤
+// limit.MaxLogEntries) runs per key, with an optional minimum interval
 // between actions.
 //
 // A key's state is guarded by its entry's mutex; nothing else runs under

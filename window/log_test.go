@@ -114,8 +114,9 @@ func TestLogRuleChange(t *testing.T) {
 	})
 }
 
-// TestLogMemoryBounded: the ring grows with the hits a key counts, never
-// beyond Limit, including under CountRejected hammering.
+// TestLogMemoryBounded: the log grows with the actions a key counts, one
+// run per action whatever its hits, never beyond Limit runs, including
+// under CountRejected hammering.
 func TestLogMemoryBounded(t *testing.T) {
 	t.Parallel()
 	l := NewLog(testCfg)
@@ -127,15 +128,19 @@ func TestLogMemoryBounded(t *testing.T) {
 		return len(e.State.buf)
 	}
 	l.Take("two", l0, big, 2)
+	if got := capOf("two"); got != 1 {
+		t.Fatalf("log of a key that made 1 action of 2 hits holds %d runs, want 1", got)
+	}
+	l.Take("two", l0+1, big, 500)
 	if got := capOf("two"); got != 2 {
-		t.Fatalf("ring of a key that counted 2 hits holds %d slots, want 2", got)
+		t.Fatalf("log of a key that made 2 actions holds %d runs, want 2", got)
 	}
 	hammer := limit.Rule{Algorithm: limit.SlidingLog, Limit: 10, Period: time.Minute, Behavior: limit.CountRejected}
 	for i := range int64(1000) {
 		l.Take("hammer", l0+i*int64(time.Millisecond), hammer, 1+i%3)
 	}
 	if got := capOf("hammer"); got > 10 {
-		t.Fatalf("ring under CountRejected hammering holds %d slots, want <= Limit 10", got)
+		t.Fatalf("log under CountRejected hammering holds %d runs, want <= Limit 10", got)
 	}
 	if d := l.Take("hammer", l0+int64(time.Second), hammer, 0); d.Remaining != 0 || d.Allowed {
 		t.Fatalf("hammered key: peek = %+v, want full", d)

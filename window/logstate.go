@@ -10,42 +10,42 @@ import (
 
 // Moving a SLIDING_LOG key's state between nodes.
 //
-// A log is its timestamps, one per counted hit, and idleAt, the instant
-// from which it equals a fresh key (its last action plus the period, or
-// the minimum interval if longer, of that action's rule). Hits of one take
-// share an instant, so the timestamps go as runs, newest first:
+// A log is its runs, one per action (an instant and the hits recorded at
+// it), and idleAt, the instant from which it equals a fresh key (its last
+// action plus the period, or the minimum interval if longer, of that
+// action's rule). The runs go newest first:
 //
 //	byte     stateVersion (1)
 //	byte     kind: 4 SLIDING_LOG (limit.Algorithm's wire value)
 //	uvarint  hold: idleAt − newest timestamp, ns (1 to limit.MaxPeriod)
 //	uvarint  newest timestamp, Unix ns
-//	uvarint  runs (1 to limit.MaxLogLimit)
+//	uvarint  runs (1 to limit.MaxLogEntries)
 //	uvarint  hits at the newest timestamp
 //	runs−1 times, older and older:
 //	uvarint  gap to the run after it, ns (≥ 1)
 //	uvarint  hits at that instant (≥ 1)
 //
-// At most limit.MaxLogLimit hits in all: a peer cannot make a node hold
-// more per key than a valid rule could (8 bytes a hit), and decode
-// allocates in proportion to the bytes it was given. Timestamps are
-// instants, like windows (state.go), so merging a replica's copy of a log
-// into the log it came from counts each hit once.
+// At most limit.MaxLogLimit hits in all, so at most as many runs: a peer
+// cannot make a node hold more per key than a valid rule could (16 bytes
+// a run), and decode allocates in proportion to the bytes it was given.
+// Runs are at instants, like windows (state.go), so merging a replica's
+// copy of a log into the log it came from counts each hit once.
 //
 // # Merge
 //
 // mergeLogs takes the union of the two logs, an instant in both counting
-// the larger of its two hit counts (a replica's timestamps are copies of
-// the owner's, so they are not counted twice; logs that diverged add up),
-// and keeps the newest n timestamps of it, n the larger of the two logs'
-// lengths; idleAt is the later one. A log equivalent to a fresh key at now
-// counts nothing.
+// the larger of its two hit counts (a replica's runs are copies of the
+// owner's, so they are not counted twice; logs that diverged add up), and
+// keeps the newest n hits of it, n the larger of the two logs' hits (the
+// oldest run kept may lose part of its hits); idleAt is the later one. A
+// log equivalent to a fresh key at now counts nothing.
 //
-// It never admits more than either log: a take counts the timestamps of
+// It never admits more than either log: a take counts the hits of
 // the last period before max(now, newest), a suffix of the log; the
 // union's suffix holds at least each log's, and cutting the union to its
 // newest n keeps min(n, union's count) ≥ each log's count. The last
-// action, which MinInterval is measured from, is the later one. A memory
-// bound of n per key keeps each side's bound.
+// action, which MinInterval is measured from, is the later one. A bound
+// of n hits per key keeps each side's bound, and runs ≤ hits.
 
 // logRun is count hits recorded at instant t.
 type logRun struct{ t, n int64 }
@@ -57,7 +57,7 @@ type logImage struct {
 	runs   []logRun
 }
 
-// hits returns how many timestamps the image holds.
+// hits returns how many hits the image holds.
 func (s logImage) hits() int64 {
 	n := int64(0)
 	for _, r := range s.runs {
@@ -71,30 +71,26 @@ func (s logImage) freshAt(now int64) bool { return len(s.runs) == 0 || s.idleAt 
 
 func (s logImage) equal(o logImage) bool { return s.idleAt == o.idleAt && slices.Equal(s.runs, o.runs) }
 
-// imageOfLog returns s's state. The entry's mutex must be held.
+// imageOfLog returns s's state: a copy of its runs, one allocation. The
+// entry's mutex must be held.
 func imageOfLog(s *logState) logImage {
 	if s.n == 0 {
 		return logImage{}
 	}
-	im := logImage{idleAt: s.idleAt}
-	for i := range int(s.n) {
-		if t := s.at(i); len(im.runs) > 0 && im.runs[len(im.runs)-1].t == t {
-			im.runs[len(im.runs)-1].n++
-		} else {
-			im.runs = append(im.runs, logRun{t, 1})
-		}
+	im := logImage{idleAt: s.idleAt, runs: make([]logRun, s.n)}
+	for i := range im.runs {
+		r := s.at(i)
+		im.runs[i] = logRun{r.t, int64(r.end - r.start)}
 	}
 	return im
 }
 
-// setLog makes s hold im. The entry's mutex must be held.
+// setLog makes s hold im, which must be valid (decodeLog's checks). The
+// entry's mutex must be held.
 func setLog(s *logState, im logImage) {
 	s.clear()
-	total := int(im.hits())
-	for _, r := range im.runs {
-		s.push(r.t, int(r.n), total)
-	}
-	if total > 0 {
+	if len(im.runs) > 0 {
+		s.load(im.runs)
 		s.idleAt = im.idleAt
 	}
 }
@@ -117,8 +113,8 @@ func encodeLog(s logImage) []byte {
 
 // decodeLog decodes a log and checks that a take can start from it:
 // strictly older runs down to instant 0 at the earliest, the newest at
-// most MaxTime, at most limit.MaxLogLimit hits, and idleAt after the
-// newest by at most a valid period.
+// most MaxTime, at most limit.MaxLogEntries runs and limit.MaxLogLimit
+// hits, and idleAt after the newest by at most a valid period.
 func decodeLog(b []byte) (logImage, error) {
 	r := reader{b: b}
 	if v, k := r.byte(), r.byte(); r.err != nil || v != stateVersion || k != byte(limit.SlidingLog) {
@@ -130,7 +126,7 @@ func decodeLog(b []byte) (logImage, error) {
 		return logImage{}, r.err
 	case hold < 1 || hold > uint64(limit.MaxPeriod) || newest > MaxTime:
 		return logImage{}, fmt.Errorf("%w: newest %d, held %d", errState, newest, hold)
-	case runs < 1 || runs > limit.MaxLogLimit || runs > uint64(len(r.b)/2+1):
+	case runs < 1 || runs > limit.MaxLogEntries || runs > uint64(len(r.b)/2+1):
 		// Every older run takes 2 bytes at least: a short message cannot
 		// make decode allocate much.
 		return logImage{}, fmt.Errorf("%w: %d runs in %d bytes", errState, runs, len(r.b))
@@ -186,7 +182,7 @@ func mergeLogs(a, b logImage, now int64) logImage {
 			i, j = i+1, j+1
 		}
 	}
-	// Keep the newest n timestamps.
+	// Keep the newest n hits.
 	n, total := max(a.hits(), b.hits()), int64(0)
 	k := len(all)
 	for k > 0 && total < n {

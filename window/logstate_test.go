@@ -45,7 +45,7 @@ func TestLogRoundTrip(t *testing.T) {
 			t.Fatalf("decodeLog(encodeLog(%d runs)) = %d runs, %v", len(im.runs), len(got.runs), err)
 		}
 	}
-	// The same through a table's ring.
+	// The same through a key's runs.
 	var s logState
 	im := randomLog(rng)
 	setLog(&s, im)
@@ -77,6 +77,10 @@ func TestDecodeLogRejects(t *testing.T) {
 		t.Fatalf("the valid log is rejected: %v", err)
 	}
 	many := []uint64{0, limit.MaxLogLimit}
+	tooLong := []uint64{}
+	for range limit.MaxLogEntries + 1 {
+		tooLong = append(tooLong, 1, 1)
+	}
 	for _, c := range []struct {
 		name  string
 		state []byte
@@ -94,6 +98,7 @@ func TestDecodeLogRejects(t *testing.T) {
 		{"gap 0", raw(sec, uint64(t0), 0, 2, 0, 1)},
 		{"before instant 0", raw(sec, 10, 0, 2, 11, 1)},
 		{"more hits than MaxLogLimit", raw(sec, uint64(t0), append(many, 1, 1)...)},
+		{"more runs than MaxLogEntries", raw(sec, uint64(t0), tooLong...)},
 		{"more runs than bytes", binary.AppendUvarint(binary.AppendUvarint(raw(sec, uint64(t0))[:len(raw(sec, uint64(t0)))-1], 1000), 1)},
 	} {
 		if got, err := decodeLog(c.state); err == nil {
