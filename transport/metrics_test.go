@@ -61,7 +61,7 @@ func TestMetricsAtTheBoundary(t *testing.T) {
 	}
 	_, _ = rpc.GetRateLimits(ctxTimeout(t), &pb.GetRateLimitsRequest{Requests: append(reqs, reqs...)}) // over MaxBatch
 	srv := startHTTP(t, HTTPConfig{Checker: &fakeChecker{}, Telemetry: m})
-	do(t, srv, http.MethodPost, "/v1/GetRateLimits", `{"requests":[{}]}`)
+	do(t, srv, http.MethodPost, "/v1/GetRateLimits", `{"requests":[{"limit":"5"}]}`) // no duration_ms
 	do(t, srv, http.MethodPost, "/v1/GetRateLimits", `{`)
 
 	tests := []struct {
@@ -72,7 +72,7 @@ func TestMetricsAtTheBoundary(t *testing.T) {
 	}{
 		{"shardlimiter_server_checks_total", []string{"algorithm", "TOKEN_BUCKET", "outcome", "under_limit"}, 1, 0},
 		{"shardlimiter_server_checks_total", []string{"algorithm", "TOKEN_BUCKET", "outcome", "over_limit"}, 1, 0},
-		{"shardlimiter_server_checks_total", []string{"algorithm", "TOKEN_BUCKET", "outcome", "error"}, 2, 0}, // gRPC c + HTTP {}
+		{"shardlimiter_server_checks_total", []string{"algorithm", "TOKEN_BUCKET", "outcome", "error"}, 2, 0}, // gRPC c + HTTP {"limit":"5"}
 		{"shardlimiter_server_checks_total", []string{"algorithm", "unknown", "outcome", "error"}, 1, 0},
 		{"shardlimiter_server_checks_total", []string{"algorithm", "SLIDING_LOG", "outcome", "under_limit"}, 0, 0},
 		{"shardlimiter_server_item_errors_total", []string{"reason", "invalid_argument"}, 3, 0},

@@ -174,6 +174,61 @@ func (Status) EnumDescriptor() ([]byte, []int) {
 	return file_shardlimiter_v1_shardlimiter_proto_rawDescGZIP(), []int{2}
 }
 
+type Calendar int32
+
+const (
+	Calendar_NONE Calendar = 0
+	// ISO 8601 weeks, from Monday 00:00 UTC.
+	Calendar_WEEK Calendar = 1
+	// From the 1st of each month, 00:00 UTC.
+	Calendar_MONTH Calendar = 2
+	// From January 1st, 00:00 UTC.
+	Calendar_YEAR Calendar = 3
+)
+
+// Enum value maps for Calendar.
+var (
+	Calendar_name = map[int32]string{
+		0: "NONE",
+		1: "WEEK",
+		2: "MONTH",
+		3: "YEAR",
+	}
+	Calendar_value = map[string]int32{
+		"NONE":  0,
+		"WEEK":  1,
+		"MONTH": 2,
+		"YEAR":  3,
+	}
+)
+
+func (x Calendar) Enum() *Calendar {
+	p := new(Calendar)
+	*p = x
+	return p
+}
+
+func (x Calendar) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Calendar) Descriptor() protoreflect.EnumDescriptor {
+	return file_shardlimiter_v1_shardlimiter_proto_enumTypes[3].Descriptor()
+}
+
+func (Calendar) Type() protoreflect.EnumType {
+	return &file_shardlimiter_v1_shardlimiter_proto_enumTypes[3]
+}
+
+func (x Calendar) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Calendar.Descriptor instead.
+func (Calendar) EnumDescriptor() ([]byte, []int) {
+	return file_shardlimiter_v1_shardlimiter_proto_rawDescGZIP(), []int{3}
+}
+
 type RateLimitRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Rule name, e.g. "api_per_minute".
@@ -199,7 +254,11 @@ type RateLimitRequest struct {
 	// ended by an unchained one is a group, decided all or nothing on the
 	// items' owner (every item admits and counts its hits, or none does).
 	// The items of a group must share unique_key; at most 16 per group.
-	Chained       bool `protobuf:"varint,11,opt,name=chained,proto3" json:"chained,omitempty"`
+	Chained bool `protobuf:"varint,11,opt,name=chained,proto3" json:"chained,omitempty"`
+	// FIXED_WINDOW: windows are calendar periods in UTC instead of multiples
+	// of duration_ms since the epoch; duration_ms must then be the longest
+	// such period (WEEK 7 days, MONTH 31 days, YEAR 366 days).
+	Calendar      Calendar `protobuf:"varint,12,opt,name=calendar,proto3,enum=shardlimiter.v1.Calendar" json:"calendar,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -309,6 +368,13 @@ func (x *RateLimitRequest) GetChained() bool {
 		return x.Chained
 	}
 	return false
+}
+
+func (x *RateLimitRequest) GetCalendar() Calendar {
+	if x != nil {
+		return x.Calendar
+	}
+	return Calendar_NONE
 }
 
 type RateLimitResponse struct {
@@ -608,7 +674,7 @@ var File_shardlimiter_v1_shardlimiter_proto protoreflect.FileDescriptor
 
 const file_shardlimiter_v1_shardlimiter_proto_rawDesc = "" +
 	"\n" +
-	"\"shardlimiter/v1/shardlimiter.proto\x12\x0fshardlimiter.v1\"\xf6\x02\n" +
+	"\"shardlimiter/v1/shardlimiter.proto\x12\x0fshardlimiter.v1\"\xad\x03\n" +
 	"\x10RateLimitRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1d\n" +
 	"\n" +
@@ -623,7 +689,8 @@ const file_shardlimiter_v1_shardlimiter_proto_rawDesc = "" +
 	"\twarmup_ms\x18\t \x01(\x03R\bwarmupMs\x125\n" +
 	"\bbehavior\x18\n" +
 	" \x01(\x0e2\x19.shardlimiter.v1.BehaviorR\bbehavior\x12\x18\n" +
-	"\achained\x18\v \x01(\bR\achained\"\xfe\x02\n" +
+	"\achained\x18\v \x01(\bR\achained\x125\n" +
+	"\bcalendar\x18\f \x01(\x0e2\x19.shardlimiter.v1.CalendarR\bcalendar\"\xfe\x02\n" +
 	"\x11RateLimitResponse\x12/\n" +
 	"\x06status\x18\x01 \x01(\x0e2\x17.shardlimiter.v1.StatusR\x06status\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x03R\x05limit\x12\x1c\n" +
@@ -658,7 +725,12 @@ const file_shardlimiter_v1_shardlimiter_proto_rawDesc = "" +
 	"\x06Status\x12\x0f\n" +
 	"\vUNDER_LIMIT\x10\x00\x12\x0e\n" +
 	"\n" +
-	"OVER_LIMIT\x10\x012m\n" +
+	"OVER_LIMIT\x10\x01*3\n" +
+	"\bCalendar\x12\b\n" +
+	"\x04NONE\x10\x00\x12\b\n" +
+	"\x04WEEK\x10\x01\x12\t\n" +
+	"\x05MONTH\x10\x02\x12\b\n" +
+	"\x04YEAR\x10\x032m\n" +
 	"\vRateLimiter\x12^\n" +
 	"\rGetRateLimits\x12%.shardlimiter.v1.GetRateLimitsRequest\x1a&.shardlimiter.v1.GetRateLimitsResponse2s\n" +
 	"\x05Peers\x12j\n" +
@@ -676,38 +748,40 @@ func file_shardlimiter_v1_shardlimiter_proto_rawDescGZIP() []byte {
 	return file_shardlimiter_v1_shardlimiter_proto_rawDescData
 }
 
-var file_shardlimiter_v1_shardlimiter_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_shardlimiter_v1_shardlimiter_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
 var file_shardlimiter_v1_shardlimiter_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
 var file_shardlimiter_v1_shardlimiter_proto_goTypes = []any{
 	(Algorithm)(0),                    // 0: shardlimiter.v1.Algorithm
 	(Behavior)(0),                     // 1: shardlimiter.v1.Behavior
 	(Status)(0),                       // 2: shardlimiter.v1.Status
-	(*RateLimitRequest)(nil),          // 3: shardlimiter.v1.RateLimitRequest
-	(*RateLimitResponse)(nil),         // 4: shardlimiter.v1.RateLimitResponse
-	(*GetRateLimitsRequest)(nil),      // 5: shardlimiter.v1.GetRateLimitsRequest
-	(*GetRateLimitsResponse)(nil),     // 6: shardlimiter.v1.GetRateLimitsResponse
-	(*ForwardRateLimitsRequest)(nil),  // 7: shardlimiter.v1.ForwardRateLimitsRequest
-	(*ForwardRateLimitsResponse)(nil), // 8: shardlimiter.v1.ForwardRateLimitsResponse
-	nil,                               // 9: shardlimiter.v1.RateLimitResponse.MetadataEntry
+	(Calendar)(0),                     // 3: shardlimiter.v1.Calendar
+	(*RateLimitRequest)(nil),          // 4: shardlimiter.v1.RateLimitRequest
+	(*RateLimitResponse)(nil),         // 5: shardlimiter.v1.RateLimitResponse
+	(*GetRateLimitsRequest)(nil),      // 6: shardlimiter.v1.GetRateLimitsRequest
+	(*GetRateLimitsResponse)(nil),     // 7: shardlimiter.v1.GetRateLimitsResponse
+	(*ForwardRateLimitsRequest)(nil),  // 8: shardlimiter.v1.ForwardRateLimitsRequest
+	(*ForwardRateLimitsResponse)(nil), // 9: shardlimiter.v1.ForwardRateLimitsResponse
+	nil,                               // 10: shardlimiter.v1.RateLimitResponse.MetadataEntry
 }
 var file_shardlimiter_v1_shardlimiter_proto_depIdxs = []int32{
 	0,  // 0: shardlimiter.v1.RateLimitRequest.algorithm:type_name -> shardlimiter.v1.Algorithm
 	1,  // 1: shardlimiter.v1.RateLimitRequest.behavior:type_name -> shardlimiter.v1.Behavior
-	2,  // 2: shardlimiter.v1.RateLimitResponse.status:type_name -> shardlimiter.v1.Status
-	9,  // 3: shardlimiter.v1.RateLimitResponse.metadata:type_name -> shardlimiter.v1.RateLimitResponse.MetadataEntry
-	3,  // 4: shardlimiter.v1.GetRateLimitsRequest.requests:type_name -> shardlimiter.v1.RateLimitRequest
-	4,  // 5: shardlimiter.v1.GetRateLimitsResponse.responses:type_name -> shardlimiter.v1.RateLimitResponse
-	3,  // 6: shardlimiter.v1.ForwardRateLimitsRequest.requests:type_name -> shardlimiter.v1.RateLimitRequest
-	4,  // 7: shardlimiter.v1.ForwardRateLimitsResponse.responses:type_name -> shardlimiter.v1.RateLimitResponse
-	5,  // 8: shardlimiter.v1.RateLimiter.GetRateLimits:input_type -> shardlimiter.v1.GetRateLimitsRequest
-	7,  // 9: shardlimiter.v1.Peers.ForwardRateLimits:input_type -> shardlimiter.v1.ForwardRateLimitsRequest
-	6,  // 10: shardlimiter.v1.RateLimiter.GetRateLimits:output_type -> shardlimiter.v1.GetRateLimitsResponse
-	8,  // 11: shardlimiter.v1.Peers.ForwardRateLimits:output_type -> shardlimiter.v1.ForwardRateLimitsResponse
-	10, // [10:12] is the sub-list for method output_type
-	8,  // [8:10] is the sub-list for method input_type
-	8,  // [8:8] is the sub-list for extension type_name
-	8,  // [8:8] is the sub-list for extension extendee
-	0,  // [0:8] is the sub-list for field type_name
+	3,  // 2: shardlimiter.v1.RateLimitRequest.calendar:type_name -> shardlimiter.v1.Calendar
+	2,  // 3: shardlimiter.v1.RateLimitResponse.status:type_name -> shardlimiter.v1.Status
+	10, // 4: shardlimiter.v1.RateLimitResponse.metadata:type_name -> shardlimiter.v1.RateLimitResponse.MetadataEntry
+	4,  // 5: shardlimiter.v1.GetRateLimitsRequest.requests:type_name -> shardlimiter.v1.RateLimitRequest
+	5,  // 6: shardlimiter.v1.GetRateLimitsResponse.responses:type_name -> shardlimiter.v1.RateLimitResponse
+	4,  // 7: shardlimiter.v1.ForwardRateLimitsRequest.requests:type_name -> shardlimiter.v1.RateLimitRequest
+	5,  // 8: shardlimiter.v1.ForwardRateLimitsResponse.responses:type_name -> shardlimiter.v1.RateLimitResponse
+	6,  // 9: shardlimiter.v1.RateLimiter.GetRateLimits:input_type -> shardlimiter.v1.GetRateLimitsRequest
+	8,  // 10: shardlimiter.v1.Peers.ForwardRateLimits:input_type -> shardlimiter.v1.ForwardRateLimitsRequest
+	7,  // 11: shardlimiter.v1.RateLimiter.GetRateLimits:output_type -> shardlimiter.v1.GetRateLimitsResponse
+	9,  // 12: shardlimiter.v1.Peers.ForwardRateLimits:output_type -> shardlimiter.v1.ForwardRateLimitsResponse
+	11, // [11:13] is the sub-list for method output_type
+	9,  // [9:11] is the sub-list for method input_type
+	9,  // [9:9] is the sub-list for extension type_name
+	9,  // [9:9] is the sub-list for extension extendee
+	0,  // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_shardlimiter_v1_shardlimiter_proto_init() }
@@ -720,7 +794,7 @@ func file_shardlimiter_v1_shardlimiter_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_shardlimiter_v1_shardlimiter_proto_rawDesc), len(file_shardlimiter_v1_shardlimiter_proto_rawDesc)),
-			NumEnums:      3,
+			NumEnums:      4,
 			NumMessages:   7,
 			NumExtensions: 0,
 			NumServices:   2,

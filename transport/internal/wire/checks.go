@@ -45,7 +45,7 @@ func AppendChecks(b []byte, checks []limit.Check, offs []int) ([]byte, error) {
 	return b, nil
 }
 
-// varints are r's varint fields, reqHits to reqChained, as protobuf-go
+// varints are r's varint fields, reqHits to reqCalendar, as protobuf-go
 // writes them: enums are int32, sign-extended; a bool is 0 or 1.
 func (r *Request) varints() [numReqVarints]uint64 {
 	var chained uint64
@@ -53,7 +53,7 @@ func (r *Request) varints() [numReqVarints]uint64 {
 		chained = 1
 	}
 	return [numReqVarints]uint64{uint64(r.Hits), uint64(r.Limit), uint64(r.DurationMs), uint64(r.Algorithm),
-		uint64(r.Burst), uint64(r.MinIntervalMs), uint64(r.WarmupMs), uint64(r.Behavior), chained}
+		uint64(r.Burst), uint64(r.MinIntervalMs), uint64(r.WarmupMs), uint64(r.Behavior), chained, uint64(r.Calendar)}
 }
 
 // setVarints is the inverse of varints, as proto.Unmarshal reads the
@@ -62,7 +62,7 @@ func (r *Request) varints() [numReqVarints]uint64 {
 func (r *Request) setVarints(v *[numReqVarints]uint64) {
 	r.Hits, r.Limit, r.DurationMs, r.Algorithm = int64(v[0]), int64(v[1]), int64(v[2]), int32(v[3])
 	r.Burst, r.MinIntervalMs, r.WarmupMs, r.Behavior = int64(v[4]), int64(v[5]), int64(v[6]), int32(v[7])
-	r.Chained = v[8] != 0
+	r.Chained, r.Calendar = v[8] != 0, int32(v[9])
 }
 
 // size is the size of r without its own tag and length.
@@ -212,7 +212,7 @@ func (d *requestDecoder) item(b []byte) error {
 				return err
 			}
 			n = m
-		case typ == protowire.VarintType && num >= reqHits && num <= reqChained:
+		case typ == protowire.VarintType && num >= reqHits && num <= reqCalendar:
 			varints[num-reqHits], n = protowire.ConsumeVarint(b)
 			if n < 0 {
 				return malformed("request item", n)

@@ -28,6 +28,7 @@ func randCheck(r *rand.Rand) limit.Check {
 			MinInterval: durs[r.IntN(len(durs))],
 			Warmup:      durs[r.IntN(len(durs))],
 			Behavior:    limit.Behavior([]uint32{0, 1, 3, 0x80000000, 0xffffffff}[r.IntN(5)]),
+			Calendar:    limit.Calendar(r.IntN(5)),
 		}}
 }
 
@@ -154,7 +155,8 @@ func checkDecodeChecksLikeProto(t testing.TB, data []byte) {
 func randRequest(r *rand.Rand) *pb.RateLimitRequest {
 	return &pb.RateLimitRequest{Name: randString(r), UniqueKey: randString(r), Hits: randInt(r), Limit: randInt(r),
 		DurationMs: randInt(r), Algorithm: pb.Algorithm(r.IntN(7) - 1), Burst: randInt(r),
-		MinIntervalMs: randInt(r), WarmupMs: randInt(r), Behavior: pb.Behavior(r.IntN(6) - 1), Chained: r.IntN(2) == 0}
+		MinIntervalMs: randInt(r), WarmupMs: randInt(r), Behavior: pb.Behavior(r.IntN(6) - 1), Chained: r.IntN(2) == 0,
+		Calendar: pb.Calendar(r.IntN(6) - 1)}
 }
 
 func TestDecodeChecksMatchesProto(t *testing.T) {

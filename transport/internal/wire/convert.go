@@ -48,6 +48,7 @@ type Request struct {
 	WarmupMs      int64
 	Behavior      int32
 	Chained       bool
+	Calendar      int32
 }
 
 // RequestOf is the request a client sends for c.
@@ -60,11 +61,15 @@ func RequestOf(c *limit.Check) Request {
 		WarmupMs: ceilMs(int64(c.Rule.Warmup)),
 		Behavior: int32(c.Rule.Behavior),
 		Chained:  c.Chained,
+		Calendar: int32(c.Rule.Calendar),
 	}
 }
 
 // Check is the check a server decides for r. The error is meant for the
-// caller of the API: it names the field at fault.
+// caller of the API: it names the field at fault. An item with limit and
+// duration_ms both 0 names a rule of the server's rules file by its name:
+// it converts to a check with a zero Rule, which the server fills in (or
+// the node refuses: limit must be > 0).
 func (r *Request) Check() (limit.Check, error) {
 	if r.algorithm() == UnknownAlgorithm {
 		return limit.Check{}, fmt.Errorf("unknown algorithm %d", r.Algorithm)
@@ -72,9 +77,15 @@ func (r *Request) Check() (limit.Check, error) {
 	if r.Behavior < 0 || limit.Behavior(r.Behavior)&^knownBehaviors != 0 {
 		return limit.Check{}, fmt.Errorf("unknown behavior flags %#x", uint32(r.Behavior)&^uint32(knownBehaviors))
 	}
-	period, err := msToDuration("duration_ms", r.DurationMs, 1)
-	if err != nil {
-		return limit.Check{}, err
+	if r.Calendar < 0 || r.Calendar > math.MaxUint8 {
+		return limit.Check{}, fmt.Errorf("unknown calendar %d", r.Calendar)
+	}
+	var period time.Duration
+	if r.Limit != 0 || r.DurationMs != 0 {
+		var err error
+		if period, err = msToDuration("duration_ms", r.DurationMs, 1); err != nil {
+			return limit.Check{}, err
+		}
 	}
 	minInterval, err := msToDuration("min_interval_ms", r.MinIntervalMs, 0)
 	if err != nil {
@@ -97,6 +108,7 @@ func (r *Request) Check() (limit.Check, error) {
 			MinInterval: minInterval,
 			Warmup:      warmup,
 			Behavior:    limit.Behavior(r.Behavior),
+			Calendar:    limit.Calendar(r.Calendar),
 		},
 	}, nil
 }

@@ -60,7 +60,21 @@ func TestRequestCheck(t *testing.T) {
 			wantErr: "unknown behavior flags 0x4"},
 		{name: "negative behavior", req: full(func(r *Request) { r.Behavior = -1 }),
 			wantErr: "unknown behavior flags 0xfffffffc"},
-		{name: "empty request", req: Request{}, wantErr: "duration_ms must be > 0, got 0"},
+		{name: "calendar month", req: full(func(r *Request) {
+			r.Algorithm, r.MinIntervalMs, r.Behavior, r.DurationMs, r.Calendar = int32(limit.FixedWindow), 0, 0, 31*24*3600*1000, int32(limit.CalendarMonth)
+		}), want: limit.Check{Name: "api", Key: "account:42", Hits: 2,
+			Rule: limit.Rule{Algorithm: limit.FixedWindow, Limit: 100, Period: 31 * 24 * time.Hour, Calendar: limit.CalendarMonth}}},
+		{name: "unknown calendar", req: full(func(r *Request) { r.Calendar = 256 }), wantErr: "unknown calendar 256"},
+		{name: "negative calendar", req: full(func(r *Request) { r.Calendar = -1 }), wantErr: "unknown calendar -1"},
+		{name: "chained", req: full(func(r *Request) { r.Chained = true }), want: limit.Check{Name: "api", Key: "account:42", Hits: 2, Chained: true,
+			Rule: limit.Rule{Algorithm: limit.SlidingLog, Limit: 100, Period: time.Minute,
+				MinInterval: 10 * time.Millisecond, Behavior: limit.Reset | limit.CountRejected}}},
+		{name: "rule by name: limit and duration 0", req: Request{Name: "api", Key: "k", Hits: 1},
+			want: limit.Check{Name: "api", Key: "k", Hits: 1}},
+		{name: "empty request", req: Request{}, want: limit.Check{}},
+		{name: "limit 0 with a duration", req: full(func(r *Request) { r.Limit = 0 }),
+			want: limit.Check{Name: "api", Key: "account:42", Hits: 2, Rule: limit.Rule{Algorithm: limit.SlidingLog, Period: time.Minute,
+				MinInterval: 10 * time.Millisecond, Behavior: limit.Reset | limit.CountRejected}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

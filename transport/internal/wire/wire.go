@@ -56,7 +56,7 @@ const (
 const (
 	reqName protowire.Number = iota + 1
 	reqKey
-	reqHits // first varint field; the others follow up to reqChained
+	reqHits // first varint field; the others follow up to reqCalendar
 	reqLimit
 	reqDuration
 	reqAlgorithm
@@ -65,10 +65,11 @@ const (
 	reqWarmup
 	reqBehavior
 	reqChained // bool
+	reqCalendar
 )
 
 // numReqVarints is the number of varint fields of RateLimitRequest.
-const numReqVarints = int(reqChained - reqHits + 1)
+const numReqVarints = int(reqCalendar - reqHits + 1)
 
 // RateLimitResponse and its metadata map's entries.
 const (

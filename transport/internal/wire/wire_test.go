@@ -54,13 +54,13 @@ func checkSameAsProto(t testing.TB, m proto.Message, got []byte) {
 func pbRequest(r *Request) *pb.RateLimitRequest {
 	return &pb.RateLimitRequest{Name: r.Name, UniqueKey: r.Key, Hits: r.Hits, Limit: r.Limit,
 		DurationMs: r.DurationMs, Algorithm: pb.Algorithm(r.Algorithm), Burst: r.Burst,
-		MinIntervalMs: r.MinIntervalMs, WarmupMs: r.WarmupMs, Behavior: pb.Behavior(r.Behavior), Chained: r.Chained}
+		MinIntervalMs: r.MinIntervalMs, WarmupMs: r.WarmupMs, Behavior: pb.Behavior(r.Behavior), Chained: r.Chained, Calendar: pb.Calendar(r.Calendar)}
 }
 
 func requestOfPB(m *pb.RateLimitRequest) Request {
 	return Request{Name: m.GetName(), Key: m.GetUniqueKey(), Hits: m.GetHits(), Limit: m.GetLimit(),
 		DurationMs: m.GetDurationMs(), Algorithm: int32(m.GetAlgorithm()), Burst: m.GetBurst(),
-		MinIntervalMs: m.GetMinIntervalMs(), WarmupMs: m.GetWarmupMs(), Behavior: int32(m.GetBehavior()), Chained: m.GetChained()}
+		MinIntervalMs: m.GetMinIntervalMs(), WarmupMs: m.GetWarmupMs(), Behavior: int32(m.GetBehavior()), Chained: m.GetChained(), Calendar: int32(m.GetCalendar())}
 }
 
 // pbResponse and responseOfPB do the same for answers: Owner and Reason
