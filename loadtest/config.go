@@ -22,7 +22,7 @@ const (
 // given on the command line always wins.
 const (
 	throughputLimit     = limit.MaxLimit    // never trips: every check is admitted
-	throughputLogLimit  = limit.MaxLogLimit // SLIDING_LOG keeps one timestamp per hit
+	throughputLogLimit  = limit.MaxLogLimit // the largest SLIDING_LOG limit
 	accuracyLimit       = 10
 	accuracyKeys        = 8
 	accuracyDuration    = 4 * time.Second // per algorithm

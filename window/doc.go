@@ -15,7 +15,7 @@
 // nothing. Rejected hits consume nothing unless the rule has
 // limit.CountRejected; then they are counted as if admitted, so a client
 // that keeps hammering stays out, but never beyond Limit: a window's count
-// stops at Limit, the log keeps the newest Limit timestamps. limit.Reset
+// stops at Limit, the log keeps the newest Limit hits. limit.Reset
 // forgets the key's state before the check. hits > Limit can never be
 // admitted: RetryAfter is limit.Never. Otherwise a rejection's RetryAfter
 // is exact: retried after exactly RetryAfter (nothing else counted
@@ -79,18 +79,19 @@
 // hits at once; a key is forgotten, at the latest, Period (or MinInterval,
 // if longer) of the rule that recorded its last action after that action.
 //
-// Memory is one int64 per counted hit, in a ring grown on demand (a key
-// that counts 2 hits holds 2 slots) and bounded by Limit (by the previous
-// Limit until its hits expire, if the limit was lowered). Under
-// CountRejected the log keeps only the newest Limit timestamps: rejected
-// hits push out the oldest, which changes no decision, since at any later
-// instant the counted hits are the newest ones and Limit counted hits
-// reject everything.
+// Memory is one 16-byte run per action (a take: its instant and its hits,
+// however many), in a buffer grown on demand by doubling (a key that took
+// twice holds 2 runs) and bounded by limit.MaxLogEntries runs, 1 MiB, which
+// Limit cannot exceed. The buffer is charged to the table's byte budget
+// (table.Budget) as it grows. Under CountRejected the log keeps only the
+// newest Limit hits: rejected hits push out the oldest (a run may be cut),
+// which changes no decision, since at any later instant the counted hits
+// are the newest ones and Limit counted hits reject everything.
 //
 // # Moving state between nodes
 //
 // Export encodes a key's state (a window and its counts, or a log's
-// timestamps) into versioned bytes that need no rule to read; Import
+// runs) into versioned bytes that need no rule to read; Import
 // merges such bytes into a key, keeping whichever state has consumed
 // more. state.go and logstate.go have the formats and the merge rules with
 // their arguments; transfer.go how an import meets concurrent takes.

@@ -33,6 +33,10 @@ func (s *logState) last() int64 { return s.newest() }
 // entry's mutex must be held.
 func (s *logState) heapBytes() int64 { return s.runs.heapBytes() }
 
+// HeapBytes makes *logState a table.StateSizer: the table credits the
+// buffer back when the key goes.
+func (s *logState) HeapBytes() int64 { return s.heapBytes() }
+
 // take applies hits at now under r and returns the decision. The caller
 // holds the entry's mutex.
 //
@@ -142,13 +146,20 @@ func (l *Log) Take(key string, now int64, r limit.Rule, hits int64) limit.Decisi
 		e := l.t.Lookup(key, now, hits > 0)
 		e.Mu.Lock()
 		if !e.Dead() {
-			idleAt := e.State.idleAt
+			idleAt, size := e.State.idleAt, e.State.heapBytes()
 			d := e.State.take(now, r, hits)
 			// The state changed when hits were recorded or the log was
 			// cleared (every record or clear moves idleAt but a record at
 			// the same instant under the same rule).
 			changed := e.State.idleAt != idleAt || hits > 0 && (d.Allowed || r.Behavior.Has(limit.CountRejected))
+			// Charged under the mutex, so that the key's retirement
+			// credits exactly what was charged (table.StateSizer).
+			grown := e.State.heapBytes() - size
+			l.t.AddStateBytes(grown)
 			e.Mu.Unlock()
+			if grown > 0 {
+				l.t.Reclaim(e)
+			}
 			if changed && l.track {
 				l.t.MarkChanged(key, e)
 			}
@@ -167,5 +178,12 @@ func (l *Log) Len() int { return l.t.Len() }
 
 // Evicted returns how many keys were evicted to respect the key cap.
 func (l *Log) Evicted() uint64 { return l.t.Evicted() }
+
+// Bytes returns the bytes charged for the keys held.
+func (l *Log) Bytes() int64 { return l.t.Bytes() }
+
+// EvictedForBytes returns how many keys were evicted to respect the byte
+// budget.
+func (l *Log) EvictedForBytes() uint64 { return l.t.EvictedForBytes() }
 
 var _ limit.Limiter = (*Log)(nil)

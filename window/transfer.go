@@ -125,8 +125,8 @@ func (h hybridTable) TrackChanges(on bool) { h.t.SetTrackChanges(on) }
 
 // Export returns key's encoded log at now (Unix ns), ok false when the key
 // is absent or equivalent to a fresh key. It holds the key's mutex while
-// it copies the timestamps out as runs (at most limit.MaxLogLimit), and
-// encodes them after. Safe for concurrent use.
+// it copies the runs out (at most limit.MaxLogEntries), and encodes them
+// after. Safe for concurrent use.
 func (l *Log) Export(key string, now int64) (state []byte, ok bool) {
 	now = clampTime(now)
 	e := l.t.Peek(key)
@@ -168,9 +168,12 @@ func (l *Log) Import(key string, state []byte, now int64, mark bool) error {
 		m := mergeLogs(local, in, now)
 		changed := !m.equal(local)
 		if changed {
+			before := e.State.heapBytes()
 			setLog(&e.State, m)
+			l.t.AddStateBytes(e.State.heapBytes() - before)
 		}
 		e.Mu.Unlock()
+		l.t.Reclaim(e)
 		if changed && mark {
 			l.t.MarkChanged(key, e)
 		}
