@@ -18,7 +18,12 @@ func decideFixed(c cell, now int64, r limit.Rule, hits int64) (cell, limit.Decis
 	}
 	p, lim := int64(r.Period), r.Limit
 	g := slotExp(p)
-	end, _, _, count := c.at(now, p, g)
+	var end, count int64
+	if r.Calendar == limit.NoCalendar {
+		end, _, _, count = c.at(now, p, g)
+	} else {
+		end, count = c.calendarAt(now, r.Calendar, g)
+	}
 	before := count
 	ask := max(hits, 1) // a peek answers as a check of one hit would
 	d := limit.Decision{ResetAt: end}
@@ -42,6 +47,39 @@ func decideFixed(c cell, now int64, r limit.Rule, hits int64) (cell, limit.Decis
 		c = cell{g: g, slot: end >> g, cur: count}
 	}
 	return c, d
+}
+
+// calendarAt is cell.at for a rule with a Calendar: it maps c onto the
+// calendar's windows at now and returns the end of the window the take
+// counts in and the hits counted there. The mapping is the one of "Window
+// identity" (slot.go) with calendar boundaries for the multiples of p: the
+// counts belong to the first boundary at or after the slot's start. A
+// calendar's windows are at least 7 days apart, more than 2^g (g ≤ 49,
+// about 6.5 days), so a slot names one window exactly, and that first
+// boundary is at most a year (MaxPeriod) after the slot's start, which
+// keeps mappedEndBound an upper bound for the sweep.
+func (c cell) calendarAt(now int64, cal limit.Calendar, g int64) (end, cur int64) {
+	_, end = cal.Window(now)
+	if c.g != g || c.cur == 0 {
+		return end, 0
+	}
+	if c.slot == end>>g {
+		return end, c.cur // the usual case: this window's counts
+	}
+	lo := c.slot << g
+	m := lo // the first boundary at or after lo
+	if start, e := cal.Window(lo); start != lo {
+		m = e
+	}
+	switch {
+	case m == end:
+		return end, c.cur
+	case m > end:
+		// The clock went back before the stored window: keep counting in
+		// it, so that stepping back never opens a new window.
+		return m, c.cur
+	}
+	return end, 0 // an earlier window: expired
 }
 
 // Packed FIXED_WINDOW word, bit 63 always 0 (so never table.Dead):
@@ -95,7 +133,8 @@ func freshFixed(c cell, now int64) bool {
 func idleFixed(c cell, now int64) bool { return freshFixed(c, now-idleSlack) }
 
 // Fixed is the FIXED_WINDOW table: windows aligned to multiples of Period
-// since the Unix epoch, each admitting Limit hits.
+// since the Unix epoch, or for a rule with a Calendar the calendar's weeks,
+// months or years in UTC, each admitting Limit hits.
 //
 // A key's state is one word updated by compare-and-swap while it packs
 // (see packFixed); otherwise it moves under the entry's mutex until it

@@ -18,6 +18,7 @@ import (
 type refWindow struct {
 	period, end int64
 	prev, cur   int64
+	cal         limit.Calendar // FIXED_WINDOW with a calendar (calendar_test.go)
 }
 
 // refLocate places s relative to the window of period p containing now:
@@ -100,6 +101,9 @@ func (t *refWindows) Take(key string, now int64, r limit.Rule, hits int64) limit
 func refFixedTake(s *refWindow, now int64, r limit.Rule, hits int64) limit.Decision {
 	p, lim := int64(r.Period), r.Limit
 	end, _, _, count := refLocate(*s, now, p)
+	if r.Calendar != limit.NoCalendar || s.cal != limit.NoCalendar {
+		end, count = refCalendarLocate(*s, now, p, r.Calendar)
+	}
 	before := count
 	ask := max(hits, 1)
 	d := limit.Decision{ResetAt: end}
@@ -116,7 +120,7 @@ func refFixedTake(s *refWindow, now int64, r limit.Rule, hits int64) limit.Decis
 		}
 	}
 	if count != before {
-		*s = refWindow{period: p, end: end, cur: count}
+		*s = refWindow{period: p, end: end, cur: count, cal: r.Calendar}
 	}
 	d.Remaining = max(lim-count, 0)
 	return d
