@@ -31,8 +31,9 @@
 //
 // # FIXED_WINDOW
 //
-// Windows are aligned to multiples of Period since the Unix epoch; each
-// admits Limit hits. ResetAt is the end of the current window, and a
+// Windows are aligned to multiples of Period since the Unix epoch, or,
+// for a rule with a Calendar, are the calendar's weeks (ISO, from Monday),
+// months or years in UTC (limit.Calendar.Window); each admits Limit hits. ResetAt is the end of the current window, and a
 // rejection's RetryAfter is the time left until then. The model's known
 // weakness is the boundary: Limit hits at the end of one window and Limit
 // more at the start of the next are all admitted, 2×Limit within a few
