@@ -75,3 +75,39 @@ func BenchmarkChargedVersusHeap(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkInsert is the slow path: a new key into a full table, which
+// evicts one for the key cap ("keycap"), or for a byte budget that the cap
+// never reaches ("budget", sampled LRU across two tables).
+func BenchmarkInsert(b *testing.B) {
+	keys := make([]string, 1<<20)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("account:%010d", i)
+	}
+	const held = 1 << 16
+	for _, c := range []struct {
+		name string
+		cfg  func() Config
+	}{
+		{"keycap", func() Config { return Config{MaxKeys: held} }},
+		{"budget", func() Config {
+			tb := New(Config{}, retireZero)
+			return Config{Budget: NewBudget(held * tb.keyCost(keys[0]))}
+		}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			cfg := c.cfg()
+			tb := New(cfg, retireZero)
+			New(cfg, retireZero) // a second, empty table on the same budget
+			for i := range held {
+				tb.Get(keys[i], int64(i))
+			}
+			i := held
+			b.ReportAllocs()
+			for b.Loop() {
+				tb.Get(keys[i&(len(keys)-1)], int64(i))
+				i++
+			}
+		})
+	}
+}
