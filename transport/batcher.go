@@ -215,7 +215,11 @@ func (c *PeerClient) send(parent context.Context, b *batch) {
 	for _, s := range b.segs {
 		b.req.parts = append(b.req.parts, s.call.encodedRun(s.lo, s.hi))
 	}
-	b.reply.forward, b.reply.max = true, b.n
+	method := pb.Peers_ForwardRateLimits_FullMethodName
+	if c.api { // a BatchClient (batchclient.go)
+		method = pb.RateLimiter_GetRateLimits_FullMethodName
+	}
+	b.reply.forward, b.reply.max = !c.api, b.n
 	ctx, cancel := context.WithTimeout(parent, c.timeout)
 	if c.standin {
 		ctx = metadata.AppendToOutgoingContext(ctx, standinHeader, "1")
@@ -225,7 +229,7 @@ func (c *PeerClient) send(parent context.Context, b *batch) {
 		stop = context.AfterFunc(c.closing, cancel)
 	}
 	start := time.Now()
-	err := c.conn.Invoke(ctx, pb.Peers_ForwardRateLimits_FullMethodName, &b.req, &b.reply,
+	err := c.conn.Invoke(ctx, method, &b.req, &b.reply,
 		grpc.ForceCodecV2(theCodec))
 	elapsed := time.Since(start)
 	stop()

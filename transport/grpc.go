@@ -26,6 +26,9 @@ type GRPCConfig struct {
 	// State answers shardlimiter.v1.State (other nodes moving key states
 	// here). Nil: State is not served.
 	State StateService
+	// Members answers shardlimiter.v1.Cluster (clients learning the ring,
+	// members.go). Nil: the service is not served.
+	Members MembershipSource
 	// MaxBatch bounds the items of one call; a larger batch fails the whole
 	// call with InvalidArgument. Zero means DefaultMaxBatch (1000). Larger
 	// batches amortize more per-call cost but hold more memory per call.
@@ -89,6 +92,10 @@ func NewGRPCServer(cfg GRPCConfig) *GRPCServer {
 	if cfg.State != nil {
 		pb.RegisterStateServer(s.srv, &stateServer{s: cfg.State, inflight: cfg.InFlight, metrics: cfg.Metrics})
 		s.services = append(s.services, StateServiceName)
+	}
+	if cfg.Members != nil {
+		pb.RegisterClusterServer(s.srv, &clusterServer{src: cfg.Members, stop: watching})
+		s.services = append(s.services, ClusterServiceName)
 	}
 	healthgrpc.RegisterHealthServer(s.srv, &healthServer{Server: s.health, stop: watching})
 	reflection.Register(s.srv)

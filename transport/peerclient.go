@@ -63,6 +63,7 @@ type PeerClient struct {
 	timeout     time.Duration
 	metrics     *Metrics
 	standin     bool // see PeerConfig.Standin
+	api         bool // sends to RateLimiter.GetRateLimits: a BatchClient
 
 	closing   context.Context // canceled by Close: ends the RPCs in flight
 	cancel    context.CancelFunc

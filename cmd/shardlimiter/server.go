@@ -159,6 +159,7 @@ func newServer(cfg config, log *slog.Logger) (s *server, err error) {
 	}
 	s.grpc = transport.NewGRPCServer(transport.GRPCConfig{
 		Checker:       s.node,
+		Members:       s.node, // clients learn the ring (package client)
 		MaxBatch:      cfg.maxBatch,
 		Metrics:       tm,
 		InFlight:      clientBound,
