@@ -58,7 +58,7 @@ func failureOf(o outcome) failure {
 	switch {
 	case o.rpcErr == rpcDeadlineExceeded:
 		return failDeadline
-	case o.rpcErr != "":
+	case o.rpcErr != "", o.refused:
 		return failRPC
 	case len(o.itemErrs) > 0:
 		return failItem

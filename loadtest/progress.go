@@ -15,13 +15,14 @@ type collector struct {
 
 	mu       sync.Mutex // guards what follows; held by progress and finish
 	total    *Histogram
+	refusals *Histogram // latency of the calls the server shed
 	tally    tally
 	interval *Histogram
 	elapsed  time.Duration // start to finish
 }
 
 func newCollector(n int, start time.Time) *collector {
-	c := &collector{start: start, total: newHistogram(), interval: newHistogram()}
+	c := &collector{start: start, total: newHistogram(), refusals: newHistogram(), interval: newHistogram()}
 	for range n {
 		c.shards = append(c.shards, newShard())
 	}
@@ -34,7 +35,7 @@ func (c *collector) collectLocked() (tally, *Histogram) {
 	var t tally
 	c.interval.Reset()
 	for _, s := range c.shards {
-		s.drainInto(c.interval, &t)
+		s.drainInto(c.interval, c.refusals, &t)
 	}
 	c.total.Merge(c.interval)
 	c.tally.add(&t)
@@ -79,9 +80,9 @@ func (c *collector) finish() {
 
 func progressLine(at, span time.Duration, t *tally, h *Histogram) string {
 	sec := span.Seconds()
-	return fmt.Sprintf("%5.1fs %10.0f checks/s %8.0f rpc/s  p50 %s  p99 %s  max %s  errors %d",
+	return fmt.Sprintf("%5.1fs %10.0f checks/s %8.0f rpc/s  p50 %s  p99 %s  max %s  refused %d  errors %d",
 		at.Seconds(), float64(t.checks)/sec, float64(t.rpcs)/sec,
-		fmtLatency(h.Quantile(0.5)), fmtLatency(h.Quantile(0.99)), fmtLatency(h.Max()), t.errorCount())
+		fmtLatency(h.Quantile(0.5)), fmtLatency(h.Quantile(0.99)), fmtLatency(h.Max()), t.refused, t.errorCount())
 }
 
 // fmtLatency formats nanoseconds as milliseconds with 3 significant-ish

@@ -39,6 +39,11 @@ type result struct {
 	LatencyMS       latencyMS        `json:"latency_ms"`
 	LatencyFrom     string           `json:"latency_from"` // "send" or "schedule"
 	Errors          map[string]int64 `json:"errors"`
+	// Refused counts the calls the server shed (RESOURCE_EXHAUSTED with a
+	// retry delay): answered at once, nothing decided; not errors, and
+	// not in Checks, LatencyMS or RPCs per second's answered share.
+	Refused          int64      `json:"refused_calls"`
+	RefusalLatencyMS *latencyMS `json:"refusal_latency_ms,omitempty"`
 	Abandoned       int64            `json:"abandoned_calls"` // cut off by the drain deadline or Ctrl-C
 
 	ClientCPUMicrosPerCheck *float64       `json:"client_cpu_us_per_check,omitempty"`
@@ -121,6 +126,11 @@ func (r *result) setCounts(col *collector) {
 		r.RPCsPerSecond = float64(t.rpcs) / r.DurationS
 	}
 	r.LatencyMS = latencies(col.total)
+	r.Refused = t.refused
+	if t.refused > 0 {
+		l := latencies(col.refusals)
+		r.RefusalLatencyMS = &l
+	}
 	r.Errors = map[string]int64{}
 	for k, v := range t.errors {
 		r.Errors[k] = v
@@ -221,6 +231,10 @@ func summarize(b *strings.Builder, r *result) {
 	p("calls       %d, %.0f rpc/s", r.RPCs, r.RPCsPerSecond)
 	l := r.LatencyMS
 	p("latency     p50 %.3fms  p90 %.3fms  p99 %.3fms  p99.9 %.3fms  max %.3fms  (from %s)", l.P50, l.P90, l.P99, l.P999, l.Max, r.LatencyFrom)
+	if l := r.RefusalLatencyMS; l != nil {
+		p("refused     %d calls shed by the server (RESOURCE_EXHAUSTED), %.1f%% of calls; answered in p50 %.3fms  p99 %.3fms  max %.3fms",
+			r.Refused, 100*float64(r.Refused)/float64(max(r.RPCs, 1)), l.P50, l.P99, l.Max)
+	}
 	p("errors      %s", fmtErrors(r.Errors, r.Abandoned))
 	if r.ClientCPUMicrosPerCheck != nil && r.Mode == modeThroughput {
 		p("client CPU  %.3f µs/check (%.2f cores)", *r.ClientCPUMicrosPerCheck, *r.ClientCPUCores)

@@ -229,6 +229,9 @@ func batchCall(cfg *config, rule limit.Rule, ts []*target, worker int, keys []st
 
 // judgeCall counts what the answer to one call says.
 func judgeCall(res []limit.Result, err error) outcome {
+	if transport.IsShed(err) {
+		return outcome{refused: true}
+	}
 	if err != nil {
 		return outcome{rpcErr: rpcErrorKind(err)}
 	}

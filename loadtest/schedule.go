@@ -68,7 +68,8 @@ const lateAfter = time.Millisecond
 // outcome is what one call did.
 type outcome struct {
 	checks, admitted, rejected int64
-	rpcErr                     string           // kind of a failed call; "" when it was answered
+	refused                    bool             // the server shed the call (RESOURCE_EXHAUSTED with a retry delay)
+	rpcErr                     string           // kind of a failed call; "" when it was answered or refused
 	itemErrs                   map[string]int64 // item errors by kind; nil when none
 }
 
@@ -135,6 +136,7 @@ func sleepUntil(ctx context.Context, t time.Time) bool {
 // tally counts what calls did.
 type tally struct {
 	rpcs, checks, admitted, rejected int64
+	refused                          int64 // calls shed by the server, not errors
 	late, lateWakeups, abandoned     int64
 	maxLag                           time.Duration
 	errors                           map[string]int64
@@ -145,6 +147,7 @@ func (t *tally) add(o *tally) {
 	t.checks += o.checks
 	t.admitted += o.admitted
 	t.rejected += o.rejected
+	t.refused += o.refused
 	t.late += o.late
 	t.lateWakeups += o.lateWakeups
 	t.abandoned += o.abandoned
@@ -169,22 +172,28 @@ func (t *tally) errorCount() (n int64) {
 }
 
 // shard is one worker's recorder. Its mutex is contended only once a
-// second, by the collector; the latency histogram holds answered calls.
+// second, by the collector; the latency histogram holds answered calls,
+// refusals has the latency of the calls the server shed.
 type shard struct {
-	mu   sync.Mutex
-	hist *Histogram
-	t    tally
+	mu       sync.Mutex
+	hist     *Histogram
+	refusals *Histogram
+	t        tally
 }
 
-func newShard() *shard { return &shard{hist: newHistogram()} }
+func newShard() *shard { return &shard{hist: newHistogram(), refusals: newHistogram()} }
 
 func (s *shard) record(latency time.Duration, d delays, o outcome) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.t.rpcs++
-	if o.rpcErr != "" {
+	switch {
+	case o.refused:
+		s.t.refused++
+		s.refusals.RecordDuration(latency)
+	case o.rpcErr != "":
 		s.t.countError(o.rpcErr, 1)
-	} else {
+	default:
 		s.hist.RecordDuration(latency)
 		s.t.checks += o.checks
 		s.t.admitted += o.admitted
@@ -208,12 +217,15 @@ func (s *shard) abandon() {
 	s.mu.Unlock()
 }
 
-// drainInto moves what s recorded since the last drain into h and t.
-func (s *shard) drainInto(h *Histogram, t *tally) {
+// drainInto moves what s recorded since the last drain into h, refusals
+// and t.
+func (s *shard) drainInto(h, refusals *Histogram, t *tally) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	h.Merge(s.hist)
 	s.hist.Reset()
+	refusals.Merge(s.refusals)
+	s.refusals.Reset()
 	t.add(&s.t)
 	s.t = tally{}
 }

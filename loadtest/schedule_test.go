@@ -5,6 +5,11 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
 )
 
 // slowServer is a call that takes service time to answer, or fails when
@@ -34,7 +39,7 @@ func runWorker(t *testing.T, drainAfter time.Duration, mk func(start time.Time) 
 		defer cancel()
 		rec := newShard()
 		drive(ctx, s, do, rec)
-		rec.drainInto(h, &tl)
+		rec.drainInto(h, newHistogram(), &tl)
 	})
 	return h, tl, s
 }
@@ -127,4 +132,37 @@ func TestOpenLoopDueTimesDoNotDrift(t *testing.T) {
 	if got := o.scheduled(); got != 3 {
 		t.Errorf("scheduled() = %d, want 3 (the 4th is due at the end)", got)
 	}
+}
+
+// A call the server shed is counted as refused, with its latency apart:
+// not an error, not an answered call.
+func TestRefusedCallsAreCountedApart(t *testing.T) {
+	t.Parallel()
+	st, err := status.New(codes.ResourceExhausted, "overloaded").WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(100 * time.Millisecond)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	shed := st.Err()
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		n := 0
+		rec := newShard()
+		drive(context.Background(), closedLoop{end: start.Add(10 * time.Millisecond)}, func(context.Context) outcome {
+			n++
+			if n%2 == 0 {
+				time.Sleep(time.Millisecond) // the refusal: answered at once, in 1 ms
+				return judgeCall(nil, shed)
+			}
+			time.Sleep(4 * time.Millisecond) // an answer
+			return outcome{checks: 1, admitted: 1}
+		}, rec)
+		h, refusals, tl := newHistogram(), newHistogram(), tally{}
+		rec.drainInto(h, refusals, &tl)
+		if tl.rpcs != 4 || tl.refused != 2 || tl.checks != 2 || tl.errorCount() != 0 || h.Count() != 2 || refusals.Count() != 2 {
+			t.Fatalf("tally %+v, %d answered latencies, %d refusal latencies; want 4 calls: 2 answered, 2 refused, no error", tl, h.Count(), refusals.Count())
+		}
+		if got := time.Duration(refusals.Max()); got != time.Millisecond {
+			t.Errorf("refusal latency %v, want 1ms", got)
+		}
+	})
 }
