@@ -44,7 +44,7 @@ type result struct {
 	// not in Checks, LatencyMS or RPCs per second's answered share.
 	Refused          int64      `json:"refused_calls"`
 	RefusalLatencyMS *latencyMS `json:"refusal_latency_ms,omitempty"`
-	Abandoned       int64            `json:"abandoned_calls"` // cut off by the drain deadline or Ctrl-C
+	Abandoned        int64      `json:"abandoned_calls"` // cut off by the drain deadline or Ctrl-C
 
 	ClientCPUMicrosPerCheck *float64       `json:"client_cpu_us_per_check,omitempty"`
 	ClientCPUCores          *float64       `json:"client_cpu_cores,omitempty"`
