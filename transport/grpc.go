@@ -49,6 +49,10 @@ type GRPCConfig struct {
 	// server uses its own, which speaks standard proto (see codec.go); unary
 	// interceptors of the two services see the request as decoded by it.
 	ServerOptions []grpc.ServerOption
+	// Register, when set, registers further services on the server before
+	// it serves (the Envoy rate-limit service of package rls). They speak
+	// standard proto: the codec passes messages it does not know to it.
+	Register func(*grpc.Server)
 }
 
 // GRPCServer serves the services its config names (RateLimiter for
@@ -96,6 +100,9 @@ func NewGRPCServer(cfg GRPCConfig) *GRPCServer {
 	if cfg.Members != nil {
 		pb.RegisterClusterServer(s.srv, &clusterServer{src: cfg.Members, stop: watching})
 		s.services = append(s.services, ClusterServiceName)
+	}
+	if cfg.Register != nil {
+		cfg.Register(s.srv)
 	}
 	healthgrpc.RegisterHealthServer(s.srv, &healthServer{Server: s.health, stop: watching})
 	reflection.Register(s.srv)

@@ -42,6 +42,7 @@ type config struct {
 	replication   time.Duration
 	handoff       time.Duration
 	pprof         bool
+	rls           rlsConfig
 	maxInflight   int64  // client checks in flight; 0 = no bound
 	maxPeerFlight int64  // forwarded checks and state keys in flight; 0 = no bound
 	maxMemory     int64  // bytes; see memory.go
@@ -93,6 +94,15 @@ func newFlagSet(name string, out io.Writer) (*flag.FlagSet, map[string]*string) 
 	def("max-memory", "auto", "the node's memory budget: 512MiB, 2GiB, 1G (10^9) or plain bytes; the tables keep within a share of it and the Go runtime collects before it is reached (unless GOMEMLIMIT is set); auto = 90% of the cgroup memory limit, else 2GiB")
 	def("read-timeout", "15s", "HTTP: longest time to read a whole request, headers and body; a stalled upload is closed after it")
 	def("idle-timeout", "60s", "HTTP keep-alive and client gRPC connections with no request in progress are closed after this long")
+	def("config", "", "comma-separated rules files or directories (envoyproxy/ratelimit's YAML; docs/RULES.md), reloaded when they change; empty = no rules")
+	for name, usage := range map[string]string{
+		"shadow-mode": "Envoy rate-limit service: count and report every rule, but always answer OK",
+		"rls-headers": "Envoy rate-limit service: add the IETF RateLimit and RateLimit-Policy response headers",
+	} {
+		b := boolString("false")
+		raw[name] = (*string)(&b)
+		fs.Var(&b, name, usage+" (env "+envName(name)+")")
+	}
 	pprof := boolString("false")
 	raw["pprof"] = (*string)(&pprof)
 	fs.Var(&pprof, "pprof", "serve Go profiles at /debug/pprof/ on the HTTP address, for operators profiling a node (env "+envName("pprof")+")")
@@ -195,6 +205,9 @@ func validate(raw map[string]*string) (config, error) {
 		bad("tls-cert-file", "TLS needs both --tls-cert-file and --tls-key-file")
 	} else if p.ca != "" && p.cert == "" {
 		bad("tls-client-ca-file", "client certificates need TLS: set --tls-cert-file and --tls-key-file too")
+	}
+	if c.rls, err = parseRLS(raw); err != nil {
+		errs = append(errs, err)
 	}
 	if c.pprof, err = strconv.ParseBool(*raw["pprof"]); err != nil {
 		bad("pprof", "want true or false, got %q", *raw["pprof"])

@@ -38,6 +38,7 @@ type server struct {
 	healthLis net.Listener // nil without --health-addr
 	gossip    *gossip.Membership
 	node      *peer.Node
+	rls       *rlsServer            // rules and Envoy's rate-limit service (rls.go)
 	grpc      *transport.GRPCServer // client API
 	peers     *transport.GRPCServer // peer RPCs
 	http      *http.Server
@@ -150,6 +151,9 @@ func newServer(cfg config, log *slog.Logger) (s *server, err error) {
 	if err != nil {
 		return nil, err
 	}
+	if s.rls, err = newRLS(cfg.rls, s.node, reg, log); err != nil {
+		return nil, err
+	}
 	clientOpts := transport.ConnLimits{
 		MaxConnectionIdle: cfg.idleTimeout,
 		MaxRecvMsgSize:    transport.MaxRequestBytes(cfg.maxBatch),
@@ -158,7 +162,8 @@ func newServer(cfg config, log *slog.Logger) (s *server, err error) {
 		clientOpts = append(clientOpts, grpc.Creds(transport.ServerCredentials(tc, transport.ListenerGRPC, s.sec.refusal)))
 	}
 	s.grpc = transport.NewGRPCServer(transport.GRPCConfig{
-		Checker:       s.node,
+		Checker:       s.rls.checker(s.node),
+		Register:      s.rls.register,
 		Members:       s.node, // clients learn the ring (package client)
 		MaxBatch:      cfg.maxBatch,
 		Metrics:       tm,
@@ -174,7 +179,7 @@ func newServer(cfg config, log *slog.Logger) (s *server, err error) {
 		ServerOptions: peerServerOpts,
 	})
 	var handler http.Handler = transport.NewHTTPHandler(transport.HTTPConfig{
-		Checker:   s.node,
+		Checker:   s.rls.checker(s.node),
 		MaxBatch:  cfg.maxBatch,
 		Ready:     s.node.Ready,
 		Cluster:   func() any { return s.node.Cluster() },
@@ -183,6 +188,7 @@ func newServer(cfg config, log *slog.Logger) (s *server, err error) {
 		InFlight:  clientBound,
 		BodyBytes: bodyBytes,
 	})
+	handler = s.rls.handler(handler)
 	if cfg.pprof {
 		handler = withPprof(handler)
 	}
@@ -227,6 +233,7 @@ func (s *server) serve(ctx context.Context, stdout io.Writer) error {
 		}
 	})
 	wg.Go(func() { s.sec.run(nodeCtx, s.cfg) })
+	wg.Go(func() { s.rls.run(nodeCtx) })
 	for name, g := range map[string]*transport.GRPCServer{"grpc": s.grpc, "peer": s.peers} {
 		lis := s.grpcLis
 		if g == s.peers {

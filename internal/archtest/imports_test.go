@@ -48,6 +48,8 @@ var allowed = map[string][]string{
 	// rules reads files but starts nothing; rulesfile owns the goroutine.
 	"rules":           {"limit"},
 	"rules/rulesfile": {"rules"},
+	// Envoy's rate-limit service: proto types of go-control-plane stay in it.
+	"rls": {"limit", "rules", "transport"},
 }
 
 // thirdParty lists, for the packages that are restricted, the modules
@@ -61,6 +63,7 @@ var thirdParty = map[string][]string{
 
 	"rules":           {"go.yaml.in/yaml/v3"},
 	"rules/rulesfile": {},
+	"rls":             {"github.com/envoyproxy/go-control-plane/envoy", "google.golang.org/grpc", "google.golang.org/protobuf", "github.com/prometheus/client_golang"},
 }
 
 // leaves never read the clock, log or start goroutines (DESIGN.md §2): time

@@ -1,0 +1,165 @@
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+
+	"github.com/shardlimiter/shardlimiter/rls"
+	"github.com/shardlimiter/shardlimiter/rules"
+	"github.com/shardlimiter/shardlimiter/transport"
+)
+
+// rlsConfig is the command line of the rules and of Envoy's rate-limit
+// service (--config, --shadow-mode, --rls-headers).
+type rlsConfig struct {
+	files   []string // rules files or directories; none: no rules
+	shadow  bool
+	headers bool
+}
+
+// parseRLS validates the rules flags.
+func parseRLS(raw map[string]*string) (rlsConfig, error) {
+	var c rlsConfig
+	var errs []error
+	for _, f := range strings.Split(*raw["config"], ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			c.files = append(c.files, f)
+		}
+	}
+	var err error
+	if c.shadow, err = strconv.ParseBool(*raw["shadow-mode"]); err != nil {
+		errs = append(errs, fmt.Errorf("--shadow-mode: want true or false, got %q", *raw["shadow-mode"]))
+	}
+	if c.headers, err = strconv.ParseBool(*raw["rls-headers"]); err != nil {
+		errs = append(errs, fmt.Errorf("--rls-headers: want true or false, got %q", *raw["rls-headers"]))
+	}
+	return c, errors.Join(errs...)
+}
+
+// rulesReload is how often the rules files are read for changes: a new
+// file applies within about this long.
+const rulesReload = 500 * time.Millisecond
+
+// rlsServer is the rules, their reloading, and the Envoy rate-limit
+// service of one node.
+type rlsServer struct {
+	cfg     rlsConfig
+	log     *slog.Logger
+	store   *rules.Store
+	svc     *rls.Service
+	loaded  prometheus.Counter
+	refused prometheus.Counter
+	at      atomic.Int64 // when the rules in force were loaded, Unix s
+}
+
+func (r *rlsServer) loadedAt() float64 {
+	if len(r.cfg.files) == 0 {
+		return 0
+	}
+	return float64(r.at.Load())
+}
+
+// newRLS loads the rules (a broken file stops the start) and builds the
+// service on checker, the node.
+func newRLS(cfg rlsConfig, checker transport.Checker, reg prometheus.Registerer, log *slog.Logger) (*rlsServer, error) {
+	r := &rlsServer{cfg: cfg, log: log, store: rules.NewStore(nil)}
+	if len(cfg.files) > 0 {
+		set, err := rules.Load(cfg.files...)
+		if err != nil {
+			return nil, fmt.Errorf("--config: %w", err)
+		}
+		r.store.Swap(set)
+		log.Info("rules loaded", "files", cfg.files, "version", set.Version())
+	}
+	r.loaded = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "shardlimiter", Subsystem: "rules", Name: "reloads_total",
+		Help: "Rules files reloaded after a change and applied."})
+	r.refused = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "shardlimiter", Subsystem: "rules", Name: "reload_errors_total",
+		Help: "Rules files changed but refused (invalid): the last good rules stay in force; the log names the file and line."})
+	version := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "shardlimiter", Subsystem: "rules", Name: "loaded_timestamp_seconds",
+		Help: "When the rules in force were loaded (Unix time); 0 without --config."}, r.loadedAt)
+	reg.MustRegister(r.loaded, r.refused, version)
+	r.svc = rls.New(rls.Config{Checker: checker, Rules: r.store, Shadow: cfg.shadow, Headers: cfg.headers, Registerer: reg})
+	r.at.Store(time.Now().Unix())
+	return r, nil
+}
+
+// checker is the client API's Checker: items that name a rule take it.
+func (r *rlsServer) checker(next transport.Checker) transport.Checker {
+	return rls.ByName{Rules: r.store, Next: next}
+}
+
+// register serves envoy.service.ratelimit.v3.RateLimitService.
+func (r *rlsServer) register(s *grpc.Server) { r.svc.Register(s) }
+
+// handler serves POST /json and GET /v1/config, and next otherwise.
+func (r *rlsServer) handler(next http.Handler) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/json", r.svc.JSONHandler())
+	mux.Handle("/v1/config", rls.ConfigHandler(r.store))
+	mux.Handle("/", next)
+	return mux
+}
+
+// run reloads the rules when their files change (by content, so that a
+// ConfigMap's symlink swap is seen) until ctx is done. A file that does not
+// load is refused with a log line and a metric; the last good rules stay
+// and the node stays ready.
+func (r *rlsServer) run(ctx context.Context) {
+	if len(r.cfg.files) == 0 {
+		return
+	}
+	last := r.fingerprint()
+	t := time.NewTicker(rulesReload)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		fp := r.fingerprint()
+		if fp == last {
+			continue
+		}
+		last = fp
+		set, err := rules.Load(r.cfg.files...)
+		if err != nil {
+			r.refused.Inc()
+			r.log.Error("rules reload refused; the last good rules stay in force", "err", err)
+			continue
+		}
+		old := r.store.Swap(set)
+		r.at.Store(time.Now().Unix())
+		r.loaded.Inc()
+		r.log.Info("rules reloaded", "version", set.Version(), "previous", old.Version())
+	}
+}
+
+// fingerprint hashes the names and contents of the rules files.
+func (r *rlsServer) fingerprint() [sha256.Size]byte {
+	h := sha256.New()
+	files, err := rules.Files(r.cfg.files...)
+	if err != nil {
+		fmt.Fprintf(h, "error %v", err)
+	}
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		fmt.Fprintf(h, "%q %d %v\n", f, len(data), err)
+		h.Write(data)
+	}
+	var out [sha256.Size]byte
+	h.Sum(out[:0])
+	return out
+}

@@ -1,0 +1,105 @@
+package rls
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/shardlimiter/shardlimiter/rules"
+)
+
+// maxJSONBody bounds the body of POST /json.
+const maxJSONBody = 1 << 20
+
+// JSONHandler serves POST /json as envoyproxy/ratelimit does, for testing
+// from curl: a RateLimitRequest in proto3 JSON in, the RateLimitResponse
+// out, with status 200 when overall_code is OK and 429 when it is
+// OVER_LIMIT. A body that does not decode is 400; a call that fails is
+// answered with the HTTP status of its gRPC code and {"error": …}.
+func (s *Service) JSONHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			w.Header().Set("Allow", http.MethodPost)
+			writeError(w, http.StatusMethodNotAllowed, "use POST")
+			return
+		}
+		body, err := io.ReadAll(io.LimitReader(r.Body, maxJSONBody+1))
+		if err != nil || len(body) > maxJSONBody {
+			writeError(w, http.StatusBadRequest, "body unreadable or over 1 MiB")
+			return
+		}
+		var req rlspb.RateLimitRequest
+		if err := protojson.Unmarshal(body, &req); err != nil {
+			writeError(w, http.StatusBadRequest, "bad RateLimitRequest JSON: "+err.Error())
+			return
+		}
+		resp, err := s.ShouldRateLimit(r.Context(), &req)
+		if err != nil {
+			writeError(w, httpStatus(status.Code(err)), status.Convert(err).Message())
+			return
+		}
+		out, err := protojson.Marshal(resp)
+		if err != nil {
+			writeError(w, http.StatusInternalServerError, err.Error())
+			return
+		}
+		code := http.StatusOK
+		if resp.OverallCode == rlspb.RateLimitResponse_OVER_LIMIT {
+			code = http.StatusTooManyRequests
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(code)
+		w.Write(out)
+	})
+}
+
+// ConfigHandler serves GET /v1/config: the loaded rules and their version
+// as JSON (rules.Set.MarshalJSON); {} while no rules are loaded.
+func ConfigHandler(store *rules.Store) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			w.Header().Set("Allow", "GET, HEAD")
+			writeError(w, http.StatusMethodNotAllowed, "use GET")
+			return
+		}
+		var set *rules.Set
+		if store != nil {
+			set = store.Load()
+		}
+		out := []byte("{}")
+		if set != nil {
+			var err error
+			if out, err = set.MarshalJSON(); err != nil {
+				writeError(w, http.StatusInternalServerError, err.Error())
+				return
+			}
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Write(out)
+	})
+}
+
+func httpStatus(c codes.Code) int {
+	switch c {
+	case codes.InvalidArgument:
+		return http.StatusBadRequest
+	case codes.Unavailable:
+		return http.StatusServiceUnavailable
+	case codes.DeadlineExceeded:
+		return http.StatusGatewayTimeout
+	case codes.ResourceExhausted:
+		return http.StatusTooManyRequests
+	}
+	return http.StatusInternalServerError
+}
+
+func writeError(w http.ResponseWriter, code int, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	json.NewEncoder(w).Encode(map[string]string{"error": msg})
+}

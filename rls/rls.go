@@ -1,0 +1,117 @@
+// Package rls implements Envoy's global rate-limit service,
+// envoy.service.ratelimit.v3.RateLimitService, on top of a shardlimiter
+// node and the rules of package rules.
+//
+// # Model
+//
+// Envoy sends a domain and a list of descriptors, each a list of key/value
+// entries. Each descriptor is matched against the loaded rules (rules.Set);
+// a descriptor that matches becomes one limit.Check per limit of its rule,
+// all under the rule's unique key (rules.Match.Key), so that the ring
+// routes on the domain and the entries and every counter has exactly one
+// owner. The checks of a whole request go to the node's Checker as one
+// batch: checks owned elsewhere are forwarded with the node's usual
+// batching. A rule with several limits (rate_limits) sends them as one
+// all-or-nothing group (limit.Check.Chained): the owner admits the
+// descriptor only when every limit admits, and counts it only then.
+//
+// Answers follow Envoy and envoyproxy/ratelimit: overall_code is OVER_LIMIT
+// when any descriptor is; a descriptor with no rule, or whose domain is
+// unknown, answers OK with no current_limit; an unlimited rule answers OK
+// with limit_remaining 2^32-1; a rule in shadow mode, and every rule when
+// the node is in shadow mode, is counted but always answers OK. The
+// differences are in docs/ENVOY.md: rejected hits are not counted (Redis
+// counts them), and is_negative_hits is treated as a check that counts
+// nothing.
+//
+// Proto types stay in this package: the node sees limit.Check and
+// limit.Result only.
+//
+// # Concurrency
+//
+// A Service is safe for concurrent use. It reads the current rules once
+// per request (rules.Store.Load), so a reload never splits a request.
+package rls
+
+import (
+	"context"
+	"time"
+
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+
+	"github.com/shardlimiter/shardlimiter/rules"
+	"github.com/shardlimiter/shardlimiter/transport"
+)
+
+// Config configures a Service.
+type Config struct {
+	// Checker decides the checks of a request: the node (peer.Node.Check),
+	// which forwards the keys it does not own. Required.
+	Checker transport.Checker
+	// Rules holds the loaded rules. Nil, or a store holding no set, matches
+	// nothing: every descriptor answers OK.
+	Rules *rules.Store
+	// Shadow puts the whole node in shadow mode: descriptors are counted
+	// and reported in metrics, and overall_code is always OK.
+	Shadow bool
+	// Headers adds the IETF RateLimit and RateLimit-Policy fields
+	// (draft-ietf-httpapi-ratelimit-headers) for the descriptor closest to
+	// its limit to response_headers_to_add.
+	Headers bool
+	// Registerer receives the service's metrics; nil registers nothing.
+	Registerer prometheus.Registerer
+	// Now reads the clock for duration_until_reset; nil means time.Now.
+	Now func() time.Time
+}
+
+// Service answers ShouldRateLimit. Its methods are safe for concurrent use.
+type Service struct {
+	rlspb.UnimplementedRateLimitServiceServer
+	cfg Config
+	m   *metrics
+}
+
+// New returns a Service; it starts nothing.
+func New(cfg Config) *Service {
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Service{cfg: cfg, m: newMetrics(cfg.Registerer)}
+}
+
+// Register registers the service on s (the node's client gRPC server).
+func (s *Service) Register(srv *grpc.Server) {
+	rlspb.RegisterRateLimitServiceServer(srv, s)
+}
+
+// ShouldRateLimit answers one request: one status per descriptor, in order.
+// A malformed request (no domain, no descriptor) fails with
+// InvalidArgument; an item the node could not decide fails the call (see
+// callError), so that Envoy applies its failure_mode_deny setting.
+func (s *Service) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitRequest) (*rlspb.RateLimitResponse, error) {
+	s.m.requests.Inc()
+	if err := validRequest(req); err != nil {
+		s.m.errors.Inc()
+		return nil, err
+	}
+	var set *rules.Set
+	if s.cfg.Rules != nil {
+		set = s.cfg.Rules.Load()
+	}
+	p := plan(set, req)
+	var results = p.results[:0]
+	if len(p.checks) > 0 {
+		var err error
+		results, err = s.cfg.Checker.Check(ctx, p.checks)
+		if err == nil {
+			err = resultsError(results, len(p.checks))
+		}
+		if err != nil {
+			s.m.errors.Inc()
+			return nil, callError(err)
+		}
+	}
+	return s.answer(p, results), nil
+}
