@@ -30,7 +30,7 @@ var allowed = map[string][]string{
 	"transport/pb":      {},
 	"peer":              {"limit", "table", "bucket", "window", "ring", "transport"},
 	"cmd/shardlimiter":  {"*"},
-	"loadtest":          {"limit", "transport", "internal/wide"},
+	"loadtest":          {"limit", "transport", "internal/wide", "client"},
 	"internal/archtest": {},
 	"internal/poll":     {},
 
@@ -43,6 +43,12 @@ var allowed = map[string][]string{
 	// transport's codec: the protobuf wire format from and into limit's
 	// types; the generated messages stay out of it.
 	"transport/internal/wire": {"limit"},
+
+	// The public Go client and its middleware: importable without the
+	// server (never peer, gossip, table or cmd).
+	"client":           {"limit", "ring", "transport"},
+	"client/httplimit": {"limit", "client"},
+	"client/grpclimit": {"limit", "client"},
 
 	// Rules from YAML files (Envoy RLS configuration) and their reload:
 	// rules reads files but starts nothing; rulesfile owns the goroutine.
@@ -60,6 +66,11 @@ var thirdParty = map[string][]string{
 	"transport": {"google.golang.org/grpc", "google.golang.org/protobuf", "github.com/prometheus/client_golang"},
 
 	"transport/internal/wire": {"google.golang.org/protobuf/encoding/protowire"},
+
+	// The client speaks gRPC through transport; no proto types of its own.
+	"client":           {"google.golang.org/grpc"},
+	"client/httplimit": {},
+	"client/grpclimit": {"google.golang.org/grpc", "google.golang.org/genproto/googleapis/rpc/errdetails", "google.golang.org/protobuf/types/known/durationpb"},
 
 	"rules":           {"go.yaml.in/yaml/v3"},
 	"rules/rulesfile": {},

@@ -1,0 +1,169 @@
+package client
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+
+	"github.com/shardlimiter/shardlimiter/transport"
+)
+
+// Config configures a Client. Only Targets is required.
+type Config struct {
+	// Targets are addresses of the cluster's client gRPC API (host:port, a
+	// DNS name such as a Kubernetes Service, or any gRPC target). The
+	// client watches the ring through them and sends checks to them while
+	// it has no ring. Required.
+	Targets []string
+	// TLS secures every connection (targets and the members found
+	// through them); nil means plaintext. Members are dialed at the
+	// address they advertise, so their certificates must be valid for it
+	// (an IP SAN) unless ServerName is set.
+	TLS *tls.Config
+	// DialOptions follow the client's defaults (credentials from TLS,
+	// reconnect backoff from 100 ms to 2 s, keepalive), so they can
+	// override them.
+	DialOptions []grpc.DialOption
+	// MaxBatch caps the checks of one RPC. Zero means 1000, the nodes'
+	// default bound; it must not exceed the nodes' --max-batch.
+	MaxBatch int
+	// MaxInFlight bounds the RPCs in flight to one node. Zero means 4.
+	// Fewer slots merge more checks per RPC under load, more slots send
+	// sooner.
+	MaxInFlight int
+	// Timeout bounds each RPC; zero means 1 s. A caller's context bounds
+	// its call as well.
+	Timeout time.Duration
+	// NoRouting turns owner-aware routing off: every check goes to the
+	// targets (still coalesced), which forward it to its owner.
+	NoRouting bool
+}
+
+// Errors of the client. A failed call wraps one of them, so that
+// errors.Is tells the kinds apart.
+var (
+	// ErrClosed: the client was closed before the check was answered.
+	ErrClosed = errors.New("client: closed")
+	// ErrUnavailable: no node could be reached, or the node answered the
+	// check with Reason limit.Unavailable (its owner unreachable under a
+	// fail-closed policy).
+	ErrUnavailable = transport.ErrUnavailable
+	// ErrTimeout: the call did not complete within Config.Timeout.
+	ErrTimeout = transport.ErrTimeout
+	// ErrOverloaded: the node refused the call for overload, deciding
+	// nothing; RetryDelay says when to try again.
+	ErrOverloaded = transport.ErrOverloaded
+)
+
+// RetryDelay returns the delay an overloaded node asked for in err, and
+// false when err carries none.
+func RetryDelay(err error) (time.Duration, bool) { return transport.RetryDelay(err) }
+
+// Client is a client of a shardlimiter cluster. It is safe for concurrent
+// use; see the package doc for routing, coalescing and Close.
+type Client struct {
+	cfg    transport.PeerConfig // for every node's BatchClient
+	routes atomic.Pointer[routes]
+	rr     atomic.Uint64 // round robin over live nodes
+	closed atomic.Bool
+	// inflight counts the checks of calls not yet returned (tests wait on it).
+	inflight atomic.Int64
+
+	mu    sync.Mutex
+	dests map[string]*dest // by address: targets and members
+	seeds []*dest          // the targets, never retired
+
+	stopWatch context.CancelFunc
+	watchDone chan struct{} // closed when the watch has exited; nil with NoRouting
+	closeOnce sync.Once
+}
+
+// New prepares a client of the cluster at cfg.Targets. Connections are made
+// lazily. Unless cfg.NoRouting, it starts the ring watch and waits, at most
+// until ctx is done, for the first ring or the first failure to get one;
+// without a ring the client sends every check to the targets until the
+// watch gets one. It fails only for a bad Config.
+func New(ctx context.Context, cfg Config) (*Client, error) {
+	if len(cfg.Targets) == 0 {
+		return nil, errors.New("client: Config.Targets is empty")
+	}
+	c := &Client{dests: make(map[string]*dest)}
+	c.cfg = transport.PeerConfig{MaxBatch: cfg.MaxBatch, MaxInFlight: cfg.MaxInFlight, Timeout: cfg.Timeout}
+	if cfg.TLS != nil {
+		c.cfg.DialOptions = append(c.cfg.DialOptions, grpc.WithTransportCredentials(credentials.NewTLS(cfg.TLS)))
+	}
+	c.cfg.DialOptions = append(c.cfg.DialOptions, cfg.DialOptions...)
+	for _, addr := range cfg.Targets {
+		d, err := c.destLocked(addr)
+		if err != nil {
+			c.closeDests()
+			return nil, err
+		}
+		c.seeds = append(c.seeds, d)
+	}
+	if cfg.NoRouting {
+		return c, nil
+	}
+	wctx, stop := context.WithCancel(context.Background())
+	c.stopWatch, c.watchDone = stop, make(chan struct{})
+	first := make(chan struct{})
+	go func() {
+		defer close(c.watchDone)
+		c.watch(wctx, sync.OnceFunc(func() { close(first) }))
+	}()
+	select {
+	case <-first:
+	case <-ctx.Done():
+	}
+	return c, nil
+}
+
+// destLocked returns the node at addr, connecting lazily the first time.
+// c.mu is held, or c is not shared yet.
+func (c *Client) destLocked(addr string) (*dest, error) {
+	if d, ok := c.dests[addr]; ok {
+		return d, nil
+	}
+	bc, err := transport.NewBatchClient(addr, c.cfg)
+	if err != nil {
+		return nil, fmt.Errorf("client: %w", err)
+	}
+	d := &dest{bc: bc}
+	c.dests[addr] = d
+	return d, nil
+}
+
+// Close stops the ring watch, answers every call not yet answered with
+// ErrClosed and closes the connections. It returns once every goroutine the
+// client started has exited. It is idempotent; calls after it fail with
+// ErrClosed.
+func (c *Client) Close() error {
+	c.closeOnce.Do(func() {
+		c.closed.Store(true)
+		if c.stopWatch != nil {
+			c.stopWatch()
+			<-c.watchDone // no dest is made or retired after this
+		}
+		c.closeDests()
+	})
+	return nil
+}
+
+func (c *Client) closeDests() {
+	c.mu.Lock()
+	all := make([]*dest, 0, len(c.dests))
+	for _, d := range c.dests {
+		all = append(all, d)
+	}
+	c.mu.Unlock()
+	for _, d := range all {
+		_ = d.bc.Close() // a BatchClient's Close only reports the connection's, which is never of use here
+	}
+}

@@ -1,0 +1,46 @@
+// Package client implements a Go client of shardlimiter that sends each
+// check straight to the node that owns its key, and merges the checks of
+// concurrent callers into shared calls.
+//
+// # Model
+//
+// A Client is configured with a few addresses of the cluster
+// (Config.Targets: in Kubernetes the Service name is enough). It watches
+// one node's ring over the Cluster service (a server-streaming RPC,
+// shardlimiter.v1.Cluster/WatchMembers on the client port: the node sends
+// its ring once at start and again on every change) and rebuilds the same
+// snapshot with package ring. Each check then goes to its owner, found by
+// its unique key exactly as the nodes route it, over a connection the
+// client keeps to each member's client gRPC address. A group of chained
+// checks shares a key, hence an owner, and stays together.
+//
+// Routing is an optimization, never a condition of correctness: the node
+// that receives a check routes it again by its own ring and forwards it,
+// once, to the owner when the client's ring was stale. When the client has
+// no ring yet (or the nodes do not serve Cluster, or Config.NoRouting is
+// set) every check goes to the targets. When an owner cannot be reached
+// (the connection fails or times out), the client suspends it for a
+// second and sends its checks to another live node, which forwards them
+// or decides them as its fail policy says; the client reports an error
+// only when no node could answer. A check retried this way after a timeout
+// may have been counted by the owner too: the retry errs toward admitting
+// less, never more.
+//
+// # Coalescing
+//
+// Per node, concurrent calls share RPCs by the rule of the nodes' own
+// forwarding (transport.BatchClient): a call is sent at once while one of
+// Config.MaxInFlight RPCs to that node is free, so an idle client adds no
+// latency; while all are busy, the checks of the calls arriving meanwhile
+// wait and leave together in the next RPC, up to Config.MaxBatch checks.
+// Under load many Check calls of one check each become few RPCs of many
+// checks, which is what a node answers most cheaply.
+//
+// # Concurrency and lifecycle
+//
+// A Client is safe for concurrent use. New starts one goroutine, the ring
+// watch (none with NoRouting), and gRPC keeps its own per connection; RPC
+// senders run only while calls are in flight. Close stops all of them and
+// returns once they have exited. Every call accepted before Close is
+// answered: by its result, or by ErrClosed; none is left waiting.
+package client
