@@ -28,12 +28,16 @@ func newBatchHandler(c Checker, maxBatch int, m *Metrics, b *InFlight, listener 
 // errShed refuses a call that does not fit under the in-flight bound.
 var errShed = fmt.Errorf("transport: too many checks in flight on this node, retry after %v: %w", ShedRetryDelay, ErrOverloaded)
 
-// decideBatch is decide for a request the codec decoded.
+// decideBatch is decide for a request the codec decoded, which has taken
+// its units of the in-flight bound already (see checkBatch.decode).
 func (h *batchHandler) decideBatch(ctx context.Context, in *checkBatch, compact bool) (*resultBatch, error) {
+	if in.err == errShed {
+		h.metrics.shed(h.listener, shedChecks)
+	}
 	if in.err != nil {
 		return nil, in.err
 	}
-	return h.decide(ctx, in.checks, compact)
+	return h.decideAdmitted(ctx, in.checks, compact)
 }
 
 // decide answers the items of in, in order: the Checker decides those that
@@ -48,9 +52,6 @@ func (h *batchHandler) decide(ctx context.Context, in *wire.Checks, compact bool
 	if n > h.maxBatch {
 		return nil, &batchError{n: n, max: h.maxBatch}
 	}
-	if h.checker == nil {
-		return nil, fmt.Errorf("transport: no checker configured: %w", ErrUnavailable)
-	}
 	// Weighted by items, so that a batch of 1000 costs what 1000 single
 	// checks do; an empty call still takes one unit.
 	units := int64(max(n, 1))
@@ -59,6 +60,18 @@ func (h *batchHandler) decide(ctx context.Context, in *wire.Checks, compact bool
 		return nil, errShed
 	}
 	defer h.inflight.Release(units)
+	return h.decideAdmitted(ctx, in, compact)
+}
+
+// decideAdmitted is decide once the call holds its units of the bound.
+func (h *batchHandler) decideAdmitted(ctx context.Context, in *wire.Checks, compact bool) (*resultBatch, error) {
+	n := in.Len()
+	if n > h.maxBatch {
+		return nil, &batchError{n: n, max: h.maxBatch}
+	}
+	if h.checker == nil {
+		return nil, fmt.Errorf("transport: no checker configured: %w", ErrUnavailable)
+	}
 	var results []limit.Result
 	if len(in.Checks) > 0 {
 		var err error

@@ -356,9 +356,10 @@ func benchChecks(n int) []limit.Check {
 }
 
 // BenchmarkGRPCBatch100 is one client round trip of a 100-item batch over
-// bufconn, conversion and encoding on both sides included.
+// bufconn, conversion and encoding on both sides included, under the
+// default in-flight bound.
 func BenchmarkGRPCBatch100(b *testing.B) {
-	_, target, dialer := startGRPC(b, GRPCConfig{Checker: trivialChecker})
+	_, target, dialer := startGRPC(b, GRPCConfig{Checker: trivialChecker, InFlight: NewInFlight(DefaultInFlightChecks(0))})
 	client := dialClient(b, target, dialer)
 	checks := benchChecks(100)
 	ctx := context.Background()
@@ -373,7 +374,7 @@ func BenchmarkGRPCBatch100(b *testing.B) {
 
 // BenchmarkGRPCBatch100Parallel is the same with concurrent callers.
 func BenchmarkGRPCBatch100Parallel(b *testing.B) {
-	_, target, dialer := startGRPC(b, GRPCConfig{Checker: trivialChecker})
+	_, target, dialer := startGRPC(b, GRPCConfig{Checker: trivialChecker, InFlight: NewInFlight(DefaultInFlightChecks(0))})
 	client := dialClient(b, target, dialer)
 	checks := benchChecks(100)
 	b.ReportAllocs()

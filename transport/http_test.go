@@ -214,9 +214,11 @@ func FuzzHTTPBody(f *testing.F) {
 }
 
 // BenchmarkHTTPBatch100 is one POST /v1/GetRateLimits of a 100-item batch
-// through the handler (no network): body read, JSON both ways, admission.
+// through the handler (no network): body read, JSON both ways, and the
+// default in-flight and body-bytes bounds.
 func BenchmarkHTTPBatch100(b *testing.B) {
-	h := NewHTTPHandler(HTTPConfig{Checker: trivialChecker})
+	h := NewHTTPHandler(HTTPConfig{Checker: trivialChecker,
+		InFlight: NewInFlight(DefaultInFlightChecks(0)), BodyBytes: NewInFlight(DefaultBodyBytes)})
 	var body strings.Builder
 	body.WriteString(`{"requests":[`)
 	for i := range 100 {

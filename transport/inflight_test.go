@@ -340,3 +340,16 @@ func TestHTTPBodyBytesBound(t *testing.T) {
 		t.Errorf("InUse() = %d after every request, want 0", budget.InUse())
 	}
 }
+
+// BenchmarkInFlight is the admission cost of one call: a TryAcquire and a
+// Release of a batch of 100, from every core at once on one bound.
+func BenchmarkInFlight(b *testing.B) {
+	bound := NewInFlight(DefaultInFlightChecks(0))
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if bound.TryAcquire(100) {
+				bound.Release(100)
+			}
+		}
+	})
+}

@@ -40,13 +40,29 @@ type checkBatch struct {
 	max    int          // items allowed; more fails the call before they are decoded
 	n      int          // items in the request
 	checks *wire.Checks // the items, converted; pooled, given back by release
-	err    error        // the request is malformed or too large: answer this
+	err    error        // the request is malformed, too large or shed: answer this
+	bound  *InFlight    // the server's in-flight bound; nil: none
+	held   int64        // units of bound taken for this call, given back by release
 }
 
 // decode fills b from the wire. It never fails: a bad request is recorded
 // in b.err, for the handler to answer with InvalidArgument (gRPC would turn
-// a codec error into Internal).
+// a codec error into Internal), as is a refusal for overload.
+//
+// Admission comes first, on the item count alone (a scan of the framing):
+// a node past its bound refuses a batch without decoding it, so that
+// refusals cost next to nothing while it is overloaded.
 func (b *checkBatch) decode(data []byte) error {
+	if b.bound != nil {
+		if n, err := wire.CountChecks(data); err == nil && n <= b.max {
+			units := int64(max(n, 1))
+			if !b.bound.TryAcquire(units) {
+				b.n, b.err = n, errShed
+				return nil
+			}
+			b.held = units
+		}
+	}
 	b.checks = getChecks()
 	var err error
 	b.n, err = wire.DecodeChecks(data, b.max, b.checks)
@@ -59,8 +75,13 @@ func (b *checkBatch) decode(data []byte) error {
 	return nil
 }
 
-// release gives the converted items back to the pool.
+// release gives the converted items back to the pool and the units back
+// to the bound.
 func (b *checkBatch) release() {
+	if b.held != 0 {
+		b.bound.Release(b.held)
+		b.held = 0
+	}
 	if b.checks != nil {
 		putChecks(b.checks)
 		b.checks = nil

@@ -68,7 +68,9 @@ type rateLimiterServer struct {
 	h *batchHandler
 }
 
-func (s *rateLimiterServer) newBatch() *checkBatch { return &checkBatch{max: s.h.maxBatch} }
+func (s *rateLimiterServer) newBatch() *checkBatch {
+	return &checkBatch{max: s.h.maxBatch, bound: s.h.inflight}
+}
 
 func (s *rateLimiterServer) serveChecks(ctx context.Context, in *checkBatch) (any, error) {
 	start := time.Now()
@@ -90,7 +92,7 @@ func (s *peersServer) newBatch() *checkBatch {
 	if s.h == nil {
 		return &checkBatch{max: DefaultMaxBatch}
 	}
-	return &checkBatch{max: s.h.maxBatch}
+	return &checkBatch{max: s.h.maxBatch, bound: s.h.inflight}
 }
 
 func (s *peersServer) serveChecks(ctx context.Context, in *checkBatch) (any, error) {

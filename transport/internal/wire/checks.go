@@ -160,6 +160,12 @@ func DecodeChecks(data []byte, maxItems int, dst *Checks) (int, error) {
 	return n, nil
 }
 
+// CountChecks returns the number of items of a request without decoding
+// them (a scan of its framing, no allocation), so that a server can refuse
+// a batch before paying for it; an error means data is not a valid
+// request.
+func CountChecks(data []byte) (int, error) { return countItems(data) }
+
 // countItems counts the items of a request and checks its framing.
 func countItems(data []byte) (int, error) {
 	n := 0
