@@ -1,6 +1,7 @@
 package rules
 
 import (
+	"slices"
 	"strconv"
 	"strings"
 
@@ -202,4 +203,38 @@ func (s *Set) ByName(name string) (limit.Rule, bool) {
 	}
 	r, ok := s.byName[name]
 	return r, ok
+}
+
+// Domains returns the names of the set's domains, sorted.
+func (s *Set) Domains() []string {
+	if s == nil {
+		return nil
+	}
+	names := make([]string, 0, len(s.domains))
+	for name := range s.domains {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// Len returns how many descriptors have a rate_limit or rate_limits.
+func (s *Set) Len() int {
+	if s == nil {
+		return 0
+	}
+	n := 0
+	var count func(lv *level)
+	count = func(lv *level) {
+		for _, d := range lv.list {
+			if d.rule != nil {
+				n++
+			}
+			count(&d.next)
+		}
+	}
+	for _, d := range s.loaded {
+		count(&d.top)
+	}
+	return n
 }

@@ -1,5 +1,6 @@
 // Command shardlimiter runs a shardlimiter node, or, as `shardlimiter
-// check`, asks a running node one question.
+// check`, asks a running node one question, or, as `shardlimiter config
+// check FILE…`, validates rules files offline.
 //
 // With no arguments it serves on one machine with defaults: HTTP on :8080,
 // gRPC on :8081, gossip on :7946, a cluster of one. Every flag can also be
@@ -40,6 +41,9 @@ const (
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "check" {
 		return runCheck(ctx, args[1:], getenv, stdout, stderr)
+	}
+	if len(args) > 0 && args[0] == "config" {
+		return runConfig(args[1:], stdout, stderr)
 	}
 	cfg, err := parseConfig(args, getenv, stderr)
 	if errors.Is(err, flag.ErrHelp) {
