@@ -136,3 +136,18 @@ func sameRing(a, b transport.Membership) bool {
 	slices.Sort(y)
 	return slices.Equal(x, y)
 }
+
+// Members returns the names of the members of the ring the client routes
+// with, sorted; nil while it has none (every check then goes to the
+// targets).
+func (c *Client) Members() []string {
+	r := c.routes.Load()
+	if r == nil {
+		return nil
+	}
+	names := make([]string, r.snap.Len())
+	for i := range names {
+		names[i] = r.snap.Member(i).Name
+	}
+	return names
+}
