@@ -23,7 +23,9 @@ type CheckError struct {
 	Msg    string
 }
 
-func (e *CheckError) Error() string { return fmt.Sprintf("client: check failed (%s): %s", e.Reason, e.Msg) }
+func (e *CheckError) Error() string {
+	return fmt.Sprintf("client: check failed (%s): %s", e.Reason, e.Msg)
+}
 
 func (e *CheckError) Unwrap() error {
 	if e.Reason == limit.Unavailable {
