@@ -1,97 +1,13 @@
 package rules
 
 import (
-	"slices"
 	"strings"
 	"testing"
-	"time"
-
-	"github.com/shardlimiter/shardlimiter/limit"
 )
 
 // The configuration examples of envoyproxy/ratelimit's README (Examples 1
 // to 11) and the answers it documents for them, as table tests of the
 // loader and of Match.
-
-// want is what a descriptor should match: nothing (zero want with
-// none set), or a rule with these properties.
-type want struct {
-	none      bool
-	rpu       int64 // requests_per_unit of the first limit
-	unit      string
-	name      string // "" = do not check
-	unlimited bool
-	shadow    bool
-	replaces  []string
-}
-
-type query struct {
-	domain  string // "" = the file's domain
-	entries []Entry
-	want    want
-}
-
-func e(kv ...string) []Entry {
-	var es []Entry
-	for i := 0; i+1 < len(kv); i += 2 {
-		es = append(es, Entry{kv[i], kv[i+1]})
-	}
-	return es
-}
-
-func mustParse(t *testing.T, yaml string) *Set {
-	t.Helper()
-	s, err := Parse("test.yaml", []byte(yaml))
-	if err != nil {
-		t.Fatalf("Parse: %v", err)
-	}
-	return s
-}
-
-func checkQueries(t *testing.T, s *Set, domain string, qs []query) {
-	t.Helper()
-	for _, q := range qs {
-		d := cmpOr(q.domain, domain)
-		m, ok := s.Match(d, q.entries)
-		w := q.want
-		if w.none {
-			if ok {
-				t.Errorf("Match(%q, %v) = %+v, want no rule", d, q.entries, m)
-			}
-			continue
-		}
-		if !ok {
-			t.Errorf("Match(%q, %v) found no rule, want %+v", d, q.entries, w)
-			continue
-		}
-		if m.Unlimited != w.unlimited || m.Shadow != w.shadow || !slices.Equal(m.Replaces, w.replaces) {
-			t.Errorf("Match(%q, %v) = %+v, want %+v", d, q.entries, m, w)
-		}
-		if w.unlimited {
-			if len(m.Limits) != 0 {
-				t.Errorf("Match(%q, %v): unlimited with limits %+v", d, q.entries, m.Limits)
-			}
-			continue
-		}
-		if len(m.Limits) == 0 {
-			t.Errorf("Match(%q, %v) has no limits", d, q.entries)
-			continue
-		}
-		l := m.Limits[0]
-		if l.Rule.Limit != w.rpu || l.Unit != w.unit || w.name != "" && l.Name != w.name {
-			t.Errorf("Match(%q, %v) limit = %+v, want %d per %s name %q", d, q.entries, l, w.rpu, w.unit, w.name)
-		}
-	}
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
-}
-
-var none = want{none: true}
 
 // Example 1: two values of one key, each 500 per second.
 func TestReadmeExample1(t *testing.T) {
@@ -142,15 +58,6 @@ descriptors:
 	if k1 == k2 || k1 == k3 || k2 == k3 {
 		t.Errorf("counters shared: %q, %q, %q", k1, k2, k3)
 	}
-}
-
-func key(t *testing.T, s *Set, domain string, es []Entry) string {
-	t.Helper()
-	m, ok := s.Match(domain, es)
-	if !ok {
-		t.Fatalf("Match(%q, %v): no rule", domain, es)
-	}
-	return m.Key
 }
 
 // Example 3: the exact value is tried before the key alone; 0 requests
@@ -381,50 +288,5 @@ descriptors:
 	}
 	if !strings.Contains(a, "files/*") {
 		t.Errorf("shared key %q does not name the pattern", a)
-	}
-}
-
-// TestCalendarUnits: week, month and year are calendar windows under
-// FIXED_WINDOW and envoyproxy/ratelimit's 7, 30 and 365 days otherwise.
-func TestCalendarUnits(t *testing.T) {
-	t.Parallel()
-	s := mustParse(t, `
-domain: cal
-descriptors:
-  - key: w
-    rate_limit: {unit: week, requests_per_unit: 1}
-  - key: m
-    rate_limit: {unit: Month, requests_per_unit: 1}
-  - key: y
-    rate_limit: {unit: YEAR, requests_per_unit: 1}
-  - key: tm
-    rate_limit: {unit: month, requests_per_unit: 1, algorithm: token_bucket}
-  - key: sy
-    rate_limit: {unit: year, requests_per_unit: 1, algorithm: SLIDING_WINDOW}
-`)
-	const d = 24 * time.Hour
-	for _, tt := range []struct {
-		key    string
-		period time.Duration
-		cal    limit.Calendar
-		unit   string
-	}{
-		{"w", 7 * d, limit.CalendarWeek, "week"},
-		{"m", 31 * d, limit.CalendarMonth, "month"},
-		{"y", 366 * d, limit.CalendarYear, "year"},
-		{"tm", 30 * d, limit.NoCalendar, "month"},
-		{"sy", 365 * d, limit.NoCalendar, "year"},
-	} {
-		m, ok := s.Match("cal", e(tt.key, "v"))
-		if !ok {
-			t.Fatalf("Match(%s): no rule", tt.key)
-		}
-		l := m.Limits[0]
-		if l.Rule.Period != tt.period || l.Rule.Calendar != tt.cal || l.Unit != tt.unit {
-			t.Errorf("%s: period %v calendar %v unit %q, want %v %v %q", tt.key, l.Rule.Period, l.Rule.Calendar, l.Unit, tt.period, tt.cal, tt.unit)
-		}
-		if err := l.Rule.Validate(); err != nil {
-			t.Errorf("%s: %v", tt.key, err)
-		}
 	}
 }

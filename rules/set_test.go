@@ -4,12 +4,8 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
-	"time"
-
-	"github.com/shardlimiter/shardlimiter/limit"
 )
 
 // basicYAML covers the decisions of envoyproxy/ratelimit's basic loader
@@ -118,40 +114,6 @@ descriptors:
 		{entries: e("order", "abd"), want: w(26)},
 		{entries: e("order", "x"), want: w(29)},
 	})
-}
-
-// TestRateLimits: several limits on one descriptor, with algorithms and
-// burst, generated names, and replaces from any of them.
-func TestRateLimits(t *testing.T) {
-	t.Parallel()
-	s := mustParse(t, `
-domain: api
-descriptors:
-  - key: account
-    shadow_mode: true
-    rate_limits:
-      - {unit: second, requests_per_unit: 10, algorithm: TOKEN_BUCKET, burst: 20}
-      - {unit: hour, requests_per_unit: 1000, name: hourly, replaces: [{name: old}]}
-      - {unit: month, requests_per_unit: 100000}
-`)
-	m, ok := s.Match("api", e("account", "42"))
-	if !ok || len(m.Limits) != 3 || !m.Shadow || !slices.Equal(m.Replaces, []string{"old"}) {
-		t.Fatalf("Match = %+v, %v", m, ok)
-	}
-	const d = 24 * time.Hour
-	wantLimits := []Limit{
-		{Name: "api.account#0", Unit: "second", Rule: limit.Rule{Algorithm: limit.TokenBucket, Limit: 10, Period: time.Second, Burst: 20}},
-		{Name: "hourly", Unit: "hour", Rule: limit.Rule{Algorithm: limit.FixedWindow, Limit: 1000, Period: time.Hour}},
-		{Name: "api.account#2", Unit: "month", Rule: limit.Rule{Algorithm: limit.FixedWindow, Limit: 100000, Period: 31 * d, Calendar: limit.CalendarMonth}},
-	}
-	if !slices.Equal(m.Limits, wantLimits) {
-		t.Errorf("Limits = %+v\nwant %+v", m.Limits, wantLimits)
-	}
-	for _, name := range []string{"api.account#0", "hourly", "api.account#2"} {
-		if r, ok := s.ByName(name); !ok || r.Limit == 0 {
-			t.Errorf("ByName(%q) = %+v, %v", name, r, ok)
-		}
-	}
 }
 
 // TestCounterKeyUnambiguous: entries whose concatenations agree still get
@@ -317,7 +279,8 @@ descriptors:
     metadata: {team: edge, tags: [x, y]}
     value_to_metric: true
     detailed_metric: true
-    quota_mode: true
+    quota_mode: yes
+    shadow_mode: Off
     rate_limit: &std {unit: second, requests_per_unit: 7}
   - key: copy
     rate_limit: *std

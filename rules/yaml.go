@@ -158,11 +158,18 @@ func (p *parser) str(n *yaml.Node, what string) (string, error) {
 	return n.Value, nil
 }
 
+// yaml11Bools are the booleans of YAML 1.1 that YAML 1.2 reads as
+// strings; envoyproxy/ratelimit's files may use them.
+var yaml11Bools = map[string]bool{"y": true, "yes": true, "on": true, "n": false, "no": false, "off": false}
+
 // boolean returns the value of boolean scalar n; a null n is false.
 func (p *parser) boolean(n *yaml.Node, what string) (bool, error) {
 	n = resolve(n)
 	if isNull(n) {
 		return false, nil
+	}
+	if v, ok := yaml11Bools[strings.ToLower(n.Value)]; ok && n.Kind == yaml.ScalarNode && n.Style == 0 {
+		return v, nil
 	}
 	var b bool
 	if n.Kind != yaml.ScalarNode || n.Tag != "!!bool" || n.Decode(&b) != nil {
