@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -121,6 +122,9 @@ func startNode(t *testing.T, bin string, p *limiterPod, name, join string) *node
 	}
 	env := envWithout(os.Environ(), "SHARDLIMITER_")
 	for k, v := range p.Env {
+		if k == "SHARDLIMITER_CONFIG" {
+			v = mountRules(t) // the rules ConfigMap's volume, here a directory
+		}
 		if !networkEnv[k] {
 			env = append(env, k+"="+v)
 		}
@@ -139,6 +143,21 @@ func startNode(t *testing.T, bin string, p *limiterPod, name, join string) *node
 }
 
 // wantMembers checks that GET url (/v1/cluster) lists n members.
+// mountRules stands for the rules ConfigMap mounted at SHARDLIMITER_CONFIG:
+// a directory holding base/rules.yaml.
+func mountRules(t *testing.T) string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("base", "rules.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "rules.yaml"), data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
 func wantMembers(url string, n int) error {
 	resp, err := httpClient.Get(url)
 	if err != nil {
