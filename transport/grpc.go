@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc/health"
 	healthgrpc "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/tap"
 
 	"github.com/shardlimiter/shardlimiter/transport/pb"
 )
@@ -111,10 +112,41 @@ func NewGRPCServer(cfg GRPCConfig) *GRPCServer {
 }
 
 // serverOptions are cfg's options followed by the codec, which must win:
-// the services hand it messages of ours (see codec.go).
+// the services hand it messages of ours (see codec.go), and with an
+// InFlight bound the tap that refuses calls while the bound is full (so
+// cfg.ServerOptions must not hold a grpc.InTapHandle of their own).
 func serverOptions(cfg GRPCConfig) []grpc.ServerOption {
 	opts := append([]grpc.ServerOption(nil), cfg.ServerOptions...)
+	if cfg.InFlight != nil {
+		opts = append(opts, grpc.InTapHandle(fullTap(cfg.InFlight, cfg.Metrics)))
+	}
 	return append(opts, grpc.ForceServerCodecV2(theCodec))
+}
+
+// fullTap refuses a call of the bounded services at its headers while b is
+// full: no call of one check or more could be admitted, and refusing
+// before the message arrives spares its transfer and decoding — under a
+// flood that is most of the cost of a refusal, as the messages of many
+// calls share one connection. A call that arrives while there is room is
+// admitted or refused on its item count once its message is in (see
+// checkBatch.decode). The tap runs on the connection's reader with its
+// lock held: one atomic load, and a counter only when refusing.
+func fullTap(b *InFlight, m *Metrics) tap.ServerInHandle {
+	refused := grpcError(errShed)
+	return func(ctx context.Context, info *tap.Info) (context.Context, error) {
+		if b.InUse() < b.Limit() {
+			return ctx, nil
+		}
+		switch info.FullMethodName {
+		case pb.RateLimiter_GetRateLimits_FullMethodName:
+			m.shed(listenerGRPC, shedChecks)
+		case pb.Peers_ForwardRateLimits_FullMethodName, pb.State_Push_FullMethodName, pb.State_Pull_FullMethodName:
+			m.shed(listenerPeer, shedChecks)
+		default:
+			return ctx, nil // health, reflection, others: never shed
+		}
+		return ctx, refused
+	}
 }
 
 // Serve accepts connections on lis until Stop or GracefulStop; it then

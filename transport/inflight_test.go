@@ -14,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
+	healthgrpc "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
 	"github.com/shardlimiter/shardlimiter/internal/poll"
@@ -352,4 +353,32 @@ func BenchmarkInFlight(b *testing.B) {
 			}
 		}
 	})
+}
+
+// TestGRPCShedsAtTheHeadersWhenFull: while the bound is full, a call is
+// refused before its message is read, with the same status and count; a
+// health check is not refused.
+func TestGRPCShedsAtTheHeadersWhenFull(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	bound := NewInFlight(10)
+	_, target, dialer := startGRPC(t, GRPCConfig{Checker: &fakeChecker{owner: "o"}, Metrics: NewMetrics(reg), InFlight: bound})
+	client := dialClient(t, target, dialer)
+	if !bound.TryAcquire(10) {
+		t.Fatal("TryAcquire(10) on an idle bound failed")
+	}
+	_, err := client.GetRateLimits(ctxTimeout(t), keyedChecks("k", 1))
+	if d, ok := RetryDelay(err); !errors.Is(err, ErrOverloaded) || !ok || d != ShedRetryDelay {
+		t.Fatalf("GetRateLimits with the bound full = %v (retry delay %v, %v), want ErrOverloaded with %v", err, d, ok, ShedRetryDelay)
+	}
+	if v, _ := sample(t, reg, "shardlimiter_transport_shed_total", "listener", "grpc", "resource", "checks"); v != 1 {
+		t.Errorf("shed_total{grpc,checks} = %v, want 1", v)
+	}
+	if _, err := healthgrpc.NewHealthClient(dialConn(t, target, dialer)).Check(ctxTimeout(t), &healthgrpc.HealthCheckRequest{}); err != nil {
+		t.Errorf("health check with the bound full = %v", err)
+	}
+	bound.Release(10)
+	if _, err := client.GetRateLimits(ctxTimeout(t), keyedChecks("k", 1)); err != nil {
+		t.Fatalf("GetRateLimits with the bound free = %v", err)
+	}
 }
