@@ -35,6 +35,7 @@ const (
 type config struct {
 	targets        []string // gRPC addresses
 	entryOne       bool     // everything to targets[0]
+	client         string   // clientPlain or clientDirect (--client)
 	local          int      // start a local cluster of this many nodes
 	localFlags     []string // extra flags for the local servers
 	serverBin      string   // prebuilt server binary for --local; empty builds one
@@ -81,6 +82,7 @@ func newFlagSet(out io.Writer, c *config, r *rawFlags) *flag.FlagSet {
 	fs := flag.NewFlagSet("loadtest", flag.ContinueOnError)
 	fs.SetOutput(out)
 	fs.StringVar(&r.targets, "targets", "", "comma-separated gRPC addresses (host:port); each worker round-robins over them")
+	fs.StringVar(&c.client, "client", clientPlain, "how calls are sent: plain (--conns connections per target, each call to the worker's next target) or direct (the owner-aware client of package client: each check to its key's owner, concurrent calls merged per node)")
 	fs.BoolVar(&c.entryOne, "entry-one", false, "send everything to the first target (the others are reached by forwarding)")
 	fs.IntVar(&c.local, "local", 0, "build ./cmd/shardlimiter and start a local `N`-node cluster for the run, node i on 127.0.0.(10+i) (127.0.0.1 where only that binds)")
 	fs.Func("local-flag", "extra flag for the --local servers, e.g. --local-flag=--fail-policy=open (repeatable)", func(s string) error {
@@ -185,6 +187,8 @@ func (c *config) validate(set map[string]bool) error {
 	switch {
 	case c.mode != modeThroughput && c.mode != modeAccuracy:
 		bad("--mode: want throughput or accuracy, got %q", c.mode)
+	case c.client != clientPlain && c.client != clientDirect:
+		bad("--client: want plain or direct, got %q", c.client)
 	case len(c.targets) == 0 && c.local == 0 && !c.calibrate:
 		bad("no targets: give --targets host:port,…, --local N or --calibrate")
 	case c.tlsCA != "" && c.calibrate:

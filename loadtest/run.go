@@ -72,7 +72,11 @@ func measure(ctx context.Context, cfg *config, targets, metrics []string, stderr
 	if cfg.entryOne {
 		targets = targets[:1]
 	}
-	ts, err := dialTargets(targets, cfg.conns)
+	dial := dialTargets
+	if cfg.client == clientDirect {
+		dial = dialDirect
+	}
+	ts, err := dial(targets, cfg.conns)
 	if err != nil {
 		return nil, err
 	}
@@ -89,7 +93,7 @@ func measure(ctx context.Context, cfg *config, targets, metrics []string, stderr
 // target is one gRPC address and its connections.
 type target struct {
 	addr  string
-	conns []*transport.Client
+	conns []checker
 }
 
 func dialTargets(addrs []string, conns int) ([]*target, error) {
