@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/shardlimiter/shardlimiter/limit"
 	"github.com/shardlimiter/shardlimiter/transport"
@@ -139,6 +140,10 @@ func (c *Client) do(ctx context.Context, d *dest, checks []limit.Check) ([]limit
 			return nil, ErrClosed
 		case ctx.Err() != nil:
 			return nil, fmt.Errorf("client: %w", ctx.Err())
+		case pastDeadline(ctx):
+			// The RPC's own timer, set to ctx's deadline, fired a moment
+			// before ctx's: it is ctx's deadline that ended the call.
+			return nil, fmt.Errorf("client: %w", context.DeadlineExceeded)
 		case res == nil: // refused before sending: d was closed, having left the ring
 			res = unanswered(len(checks), err)
 		}
@@ -197,4 +202,10 @@ func unanswered(n int, err error) []limit.Result {
 		out[i] = limit.Failed(limit.Unavailable, err)
 	}
 	return out
+}
+
+// pastDeadline reports whether ctx has a deadline and it has passed.
+func pastDeadline(ctx context.Context) bool {
+	dl, ok := ctx.Deadline()
+	return ok && !time.Now().Before(dl)
 }
