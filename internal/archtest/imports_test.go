@@ -63,7 +63,8 @@ var allowed = map[string][]string{
 // import: the wire speaks gRPC and protobuf and exports Prometheus metrics,
 // nothing else (membership, for one, is gossip/'s business).
 var thirdParty = map[string][]string{
-	"transport": {"google.golang.org/grpc", "google.golang.org/protobuf", "github.com/prometheus/client_golang"},
+	"transport": {"google.golang.org/grpc", "google.golang.org/protobuf", "github.com/prometheus/client_golang",
+		"google.golang.org/genproto/googleapis/rpc/errdetails"}, // RetryInfo on a shed call
 
 	"transport/internal/wire": {"google.golang.org/protobuf/encoding/protowire"},
 
