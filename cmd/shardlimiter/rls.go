@@ -2,12 +2,10 @@ package main
 
 import (
 	"context"
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
-	"os"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -18,6 +16,7 @@ import (
 
 	"github.com/shardlimiter/shardlimiter/rls"
 	"github.com/shardlimiter/shardlimiter/rules"
+	"github.com/shardlimiter/shardlimiter/rules/rulesfile"
 	"github.com/shardlimiter/shardlimiter/transport"
 )
 
@@ -112,54 +111,25 @@ func (r *rlsServer) handler(next http.Handler) http.Handler {
 	return mux
 }
 
-// run reloads the rules when their files change (by content, so that a
-// ConfigMap's symlink swap is seen) until ctx is done. A file that does not
+// run reloads the rules when their files change until ctx is done
+// (rulesfile.WatchEvery: by content, so that a ConfigMap's symlink swap
+// and a key added to a mounted directory are seen). A file that does not
 // load is refused with a log line and a metric; the last good rules stay
 // and the node stays ready.
 func (r *rlsServer) run(ctx context.Context) {
 	if len(r.cfg.files) == 0 {
 		return
 	}
-	last := r.fingerprint()
-	t := time.NewTicker(rulesReload)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		fp := r.fingerprint()
-		if fp == last {
-			continue
-		}
-		last = fp
-		set, err := rules.Load(r.cfg.files...)
+	previous := r.store.Load().Version()
+	rulesfile.WatchEvery(ctx, rulesReload, r.cfg.files, r.store, func(version string, err error) {
 		if err != nil {
 			r.refused.Inc()
-			r.log.Error("rules reload refused; the last good rules stay in force", "err", err)
-			continue
+			r.log.Error("rules reload refused; the last good rules stay in force", "version", version, "err", err)
+			return
 		}
-		old := r.store.Swap(set)
 		r.at.Store(time.Now().Unix())
 		r.loaded.Inc()
-		r.log.Info("rules reloaded", "version", set.Version(), "previous", old.Version())
-	}
-}
-
-// fingerprint hashes the names and contents of the rules files.
-func (r *rlsServer) fingerprint() [sha256.Size]byte {
-	h := sha256.New()
-	files, err := rules.Files(r.cfg.files...)
-	if err != nil {
-		fmt.Fprintf(h, "error %v", err)
-	}
-	for _, f := range files {
-		data, err := os.ReadFile(f)
-		fmt.Fprintf(h, "%q %d %v\n", f, len(data), err)
-		h.Write(data)
-	}
-	var out [sha256.Size]byte
-	h.Sum(out[:0])
-	return out
+		r.log.Info("rules reloaded", "version", version, "previous", previous)
+		previous = version
+	})
 }
