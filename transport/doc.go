@@ -24,6 +24,13 @@
 // shared RPCs without adding latency when the owner is idle (see batcher.go).
 // [Client] is the public client of RateLimiter.
 //
+// Overload: a server never queues work it cannot start. An [InFlight]
+// bound (one per listener pool) admits a batch by its item count or refuses
+// it at once with ResourceExhausted and a retry delay (HTTP: 429 with
+// Retry-After), see [ErrOverloaded]; HTTP bodies are reserved against a
+// node-wide byte bound before they are read; [ConnLimits] bounds what one
+// gRPC connection may hold and how long an idle or dead one stays open.
+//
 // Concurrency: servers, clients and [Metrics] are safe for concurrent use.
 // Constructors start no goroutine; a [PeerClient] runs goroutines only while
 // RPCs are in flight and none after Close returns.
