@@ -28,7 +28,12 @@ import (
 //   - a sender whose RPC returns keeps its slot if pending is not empty and
 //     sends the next batch: up to maxBatch checks taken from the front of
 //     pending, whatever calls they belong to. That is where the checks of
-//     concurrent callers merge.
+//     concurrent callers merge. A batch ends at a group boundary (see
+//     limit.Check.Chained): a group cut in two would reach the owner as two
+//     broken groups, both refused as invalid. So a batch may hold up to
+//     limit.MaxGroup-1 checks fewer than maxBatch; one that would be empty
+//     is cut anyway (maxBatch below limit.MaxGroup, or an over-long chain,
+//     invalid at the owner either way), so every batch makes progress.
 //
 // Hence the invariant, true whenever mu is free: pending is empty unless all
 // slots are busy. An inline sender whose RPC returns hands its slot to a new
@@ -48,6 +53,8 @@ type call struct {
 	// i is encoded[offs[i]:offs[i+1]], so any run of checks is a slice of it.
 	encoded []byte
 	offs    []int
+	// chained[i] is checks[i].Chained; nil when no check is (the usual case).
+	chained []bool
 	results []limit.Result
 	// left counts checks not yet answered; whoever takes it to zero closes done.
 	left atomic.Int64
@@ -70,8 +77,33 @@ func newCall(checks []limit.Check) (*call, error) {
 	if cl.encoded, err = wire.AppendChecks(make([]byte, 0, wire.SizeChecks(checks)), checks, cl.offs); err != nil {
 		return nil, err
 	}
+	for i := range checks {
+		if checks[i].Chained {
+			if cl.chained == nil {
+				cl.chained = make([]bool, n)
+			}
+			cl.chained[i] = true
+		}
+	}
 	cl.left.Store(int64(n))
 	return cl, nil
+}
+
+// cut returns where a batch that has room for cl's checks up to hi, taking
+// them from lo, should end: hi when no group spans it, else the start of
+// the group that does. It returns lo when that group starts at lo or
+// before (it does not fit), and hi when no group start is found within
+// limit.MaxGroup-1 checks back (a chain too long to be valid).
+func (cl *call) cut(lo, hi int) int {
+	if cl.chained == nil {
+		return hi
+	}
+	for p := hi; p > hi-limit.MaxGroup && p >= lo; p-- {
+		if p == lo || !cl.chained[p-1] {
+			return p
+		}
+	}
+	return hi
 }
 
 // encodedRun returns the encoded checks [lo, hi).
@@ -135,16 +167,22 @@ func (c *PeerClient) startLocked() (inline *batch) {
 }
 
 // takeLocked takes up to maxBatch checks from the front of pending,
-// splitting a segment if it does not fit whole.
+// splitting a segment if it does not fit whole, between two groups.
 func (c *PeerClient) takeLocked() *batch {
 	b := batchPool.Get().(*batch)
 	room, k := c.maxBatch, 0
 	for ; k < len(c.pending) && room > 0; k++ {
 		s := &c.pending[k]
 		if n := s.hi - s.lo; n > room {
-			b.segs = append(b.segs, segment{call: s.call, lo: s.lo, hi: s.lo + room})
-			b.n += room
-			s.lo += room
+			end := s.call.cut(s.lo, s.lo+room)
+			if end == s.lo && b.n == 0 {
+				end = s.lo + room // never an empty batch
+			}
+			if end > s.lo {
+				b.segs = append(b.segs, segment{call: s.call, lo: s.lo, hi: end})
+				b.n += end - s.lo
+				s.lo = end
+			}
 			break // s stays in pending with what is left
 		}
 		b.segs = append(b.segs, *s)
