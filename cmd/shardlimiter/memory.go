@@ -17,11 +17,18 @@ import (
 // gives one.
 const defaultMemory = 2 << 30
 
-// cgroupShare is the part of a cgroup memory limit the budget takes: the
-// rest covers what the budget does not count (the binary, goroutine stacks,
-// buffers of connections and requests in progress) so that the kernel's
-// OOM killer never has to act.
-const cgroupShare = 0.9
+// The budget is the memory the node may use, like a container's limit (and
+// by default it is that limit). Within it:
+//
+//   - the Go runtime's soft limit is goLimitShare of it, so the collector
+//     works harder before the process reaches the budget: the rest covers
+//     what the runtime does not manage (the binary, the kernel's view of
+//     freed pages not yet returned) so that an OOM killer never has to act;
+//   - the tables hold at most peer.TableShare of it (peer.TableBudget); the
+//     rest of the soft limit is the collector's headroom and the requests,
+//     answers and connection buffers in flight (bounded by --max-inflight
+//     and the body-bytes bound).
+const goLimitShare = 0.9
 
 // noLimit is where a cgroup limit counts as none: cgroup v1 reports "no
 // limit" as a huge page-aligned number (9223372036854771712).
@@ -40,9 +47,8 @@ const (
 	memoryFromDefault = "default"
 )
 
-// memoryBudget resolves --max-memory: a size, or "auto" (or empty) for
-// cgroupShare of the cgroup limit read through readFile, else
-// defaultMemory. It returns the bytes and their source.
+// memoryBudget resolves --max-memory: a size, or "auto" (or empty) for the
+// cgroup limit read through readFile, else defaultMemory. It returns the bytes and their source.
 func memoryBudget(value string, readFile func(string) ([]byte, error)) (int64, string, error) {
 	if v := strings.TrimSpace(value); v != "" && v != "auto" {
 		n, err := parseSize(v)
@@ -52,7 +58,7 @@ func memoryBudget(value string, readFile func(string) ([]byte, error)) (int64, s
 		return n, memoryFromFlag, nil
 	}
 	if limit, ok := cgroupMemoryLimit(readFile); ok {
-		return int64(float64(limit) * cgroupShare), memoryFromCgroup, nil
+		return limit, memoryFromCgroup, nil
 	}
 	return defaultMemory, memoryFromDefault, nil
 }
@@ -137,16 +143,19 @@ func formatSize(n int64) string {
 	return strconv.FormatInt(n, 10) + "B"
 }
 
-// applyMemoryBudget makes the Go runtime collect before the heap reaches
-// the budget (debug.SetMemoryLimit), unless the environment sets
-// GOMEMLIMIT, which the runtime has already applied and which wins; and
-// logs the budget and where it came from, once.
+// goMemoryLimit is the Go runtime's soft limit under a budget of maxMemory.
+func goMemoryLimit(maxMemory int64) int64 { return int64(float64(maxMemory) * goLimitShare) }
+
+// applyMemoryBudget makes the Go runtime collect before the process
+// reaches the budget (debug.SetMemoryLimit at goLimitShare of it), unless
+// the environment sets GOMEMLIMIT, which the runtime has already applied
+// and which wins; and logs the budget and where it came from, once.
 func applyMemoryBudget(c config, getenv func(string) string, log *slog.Logger) {
-	goLimit := "the budget"
+	goLimit := formatSize(goMemoryLimit(c.maxMemory))
 	if v := getenv("GOMEMLIMIT"); v != "" {
 		goLimit = "GOMEMLIMIT=" + v
 	} else {
-		debug.SetMemoryLimit(c.maxMemory)
+		debug.SetMemoryLimit(goMemoryLimit(c.maxMemory))
 	}
 	log.Info("memory budget", "max_memory", formatSize(c.maxMemory), "bytes", c.maxMemory,
 		"source", c.memorySource, "go_memory_limit", goLimit)

@@ -56,9 +56,9 @@ func TestMemoryBudget(t *testing.T) {
 		source string
 	}{
 		{"flag wins over the cgroup", "512MiB", map[string]string{cgroupV2Memory: "1073741824\n"}, 512 << 20, memoryFromFlag},
-		{"cgroup v2 limit", "auto", map[string]string{cgroupV2Memory: "1073741824\n"}, 966367641, memoryFromCgroup},
+		{"cgroup v2 limit", "auto", map[string]string{cgroupV2Memory: "1073741824\n"}, 1 << 30, memoryFromCgroup},
 		{"cgroup v2 no limit", "auto", map[string]string{cgroupV2Memory: "max\n", cgroupV1Memory: "1073741824\n"}, defaultMemory, memoryFromDefault},
-		{"cgroup v1 limit", "", map[string]string{cgroupV1Memory: "536870912\n"}, 483183820, memoryFromCgroup},
+		{"cgroup v1 limit", "", map[string]string{cgroupV1Memory: "536870912\n"}, 512 << 20, memoryFromCgroup},
 		{"cgroup v1 no limit", "auto", map[string]string{cgroupV1Memory: "9223372036854771712\n"}, defaultMemory, memoryFromDefault},
 		{"cgroup file unreadable", "auto", nil, defaultMemory, memoryFromDefault},
 		{"cgroup file garbage", "auto", map[string]string{cgroupV2Memory: "lots"}, defaultMemory, memoryFromDefault},
@@ -79,6 +79,15 @@ func TestFormatSize(t *testing.T) {
 	for n, want := range map[int64]string{512 << 20: "512.0MiB", 3 << 29: "1.5GiB", 2048: "2.0KiB", 100: "100B"} {
 		if got := formatSize(n); got != want {
 			t.Errorf("formatSize(%d) = %q, want %q", n, got, want)
+		}
+	}
+}
+
+func TestGoMemoryLimitLeavesHeadroom(t *testing.T) {
+	t.Parallel()
+	for _, b := range []int64{256 << 20, 512 << 20, 2 << 30} {
+		if got := goMemoryLimit(b); got >= b || got < b*8/10 {
+			t.Errorf("goMemoryLimit(%d) = %d, want between 80%% and 100%% of the budget", b, got)
 		}
 	}
 }
