@@ -12,8 +12,8 @@ import (
 //
 // The owner decides a group in two steps under a lock of the group's key:
 // a dry run that peeks every check (hits 0: reports the state, consumes
-// nothing), then, only if each check's remaining covers its hits, the real
-// takes. The lock makes the two steps one: without it, two groups on one
+// nothing), then, only if each check would admit one hit and its remaining
+// covers its hits, the real takes. The lock makes the two steps one: without it, two groups on one
 // key could both pass their dry runs and then admit together more than
 // either limit allows; with it, the dry run sees every hit an earlier group
 // took. The locks are striped by key: groups of different keys rarely wait
@@ -65,7 +65,13 @@ func (n *Node) decideGroup(kb *keyBuf, g []limit.Check, out []limit.Result, now 
 		c := &g[i]
 		d := n.limiters[c.Rule.Algorithm].Take(kb.key(c.Name, c.Key), now, c.Rule, 0)
 		out[i] = limit.Result{Decision: d, Owner: n.cfg.Name}
-		refused[i] = d.Remaining < c.Hits
+		// A peek answers as a one-hit check would: !d.Allowed also says
+		// that a SLIDING_LOG's min_interval has not passed or a leaky
+		// bucket's queue is full, which Remaining does not show.
+		// Remaining < Hits catches the checks of several hits. Hits that
+		// fail neither fit: a one-hit check passes and Hits are left.
+		// A check of 0 hits is refused by nothing here (it counts nothing).
+		refused[i] = c.Hits > 0 && !d.Allowed || d.Remaining < c.Hits
 		admit = admit && !refused[i]
 	}
 	if admit {

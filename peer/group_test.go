@@ -171,3 +171,55 @@ func TestGroupForwarded(t *testing.T) {
 		}
 	}
 }
+
+// TestGroupMinInterval steps a group of a FIXED_WINDOW (10/min) and a
+// SLIDING_LOG (10/h, min_interval 1 s) through named instants: a group the
+// interval refuses counts in neither, though the log has hits to spare.
+func TestGroupMinInterval(t *testing.T) {
+	t.Parallel()
+	n, clk := newSingle(t)
+	ctx := context.Background()
+	spaced := rule(limit.SlidingLog, 10, time.Hour)
+	spaced.MinInterval = time.Second
+	group := func(hits int64) []limit.Check {
+		return []limit.Check{
+			{Name: "min", Key: "k", Hits: hits, Chained: hits > 0, Rule: rule(limit.FixedWindow, 10, time.Minute)},
+			{Name: "spaced", Key: "k", Hits: hits, Rule: spaced},
+		}
+	}
+	check := func(at string, hits int64) []limit.Result {
+		t.Helper()
+		res, err := n.Check(ctx, group(hits))
+		if err != nil || res[0].Error != "" || res[1].Error != "" {
+			t.Fatalf("%s: Check = %+v, %v", at, res, err)
+		}
+		return res
+	}
+	steps := []struct {
+		at           string
+		advance      time.Duration
+		allowed      bool
+		minute, hour int64 // remaining after the step
+	}{
+		{"t0", 0, true, 9, 9},
+		{"t0+100ms", 100 * time.Millisecond, false, 9, 9}, // the interval refuses: the minute keeps its 9
+		{"t0+999ms", 899 * time.Millisecond, false, 9, 9},
+		{"t0+1s", time.Millisecond, true, 8, 8},
+		{"t0+1.5s", 500 * time.Millisecond, false, 8, 8},
+	}
+	for _, s := range steps {
+		clk.Advance(s.advance)
+		res := check(s.at, 1)
+		if res[0].Allowed != s.allowed || res[1].Allowed != s.allowed {
+			t.Fatalf("%s: group = %+v, want allowed %v in both", s.at, res, s.allowed)
+		}
+		if !s.allowed && res[0].RetryAfter <= 0 {
+			t.Errorf("%s: refused with RetryAfter %v, want > 0", s.at, res[0].RetryAfter)
+		}
+		peek := check(s.at+" peek", 0)
+		if peek[0].Remaining != s.minute || peek[1].Remaining != s.hour {
+			t.Fatalf("%s: remaining %d/min %d/h, want %d and %d: a refused group must count in neither",
+				s.at, peek[0].Remaining, peek[1].Remaining, s.minute, s.hour)
+		}
+	}
+}
