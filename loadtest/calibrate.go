@@ -39,6 +39,7 @@ func calibrate(ctx context.Context, cfg *config, stderr io.Writer) (*result, err
 		return nil, errors.Join(err, serveErr)
 	}
 	res.Run = "calibration"
+	res.CalibrationServer = calibrationInProcess
 	res.Notes = nil
 	res.note("client CPU includes the in-process server's")
 	return res, nil

@@ -44,6 +44,7 @@ type config struct {
 	tlsKey         string
 	metricsTargets []string // HTTP addresses serving /metrics
 	calibrate      bool
+	calibrateProc  bool // the calibration server as a child process
 
 	mode        string
 	duration    time.Duration
@@ -96,6 +97,7 @@ func newFlagSet(out io.Writer, c *config, r *rawFlags) *flag.FlagSet {
 	fs.StringVar(&c.churnSpec, "churn", "", "accuracy mode with --local: membership events during each algorithm's run, `OFFSET:EVENT,…` with EVENT join, leave=I, kill=I, restart=I or stop=I/D (I = node number from 1 in start order, node 1 never; D = pause), e.g. 6s:join,14s:leave=2,22s:restart=2; each algorithm gets a fresh cluster")
 	fs.StringVar(&r.metricsTargets, "metrics-targets", "", "comma-separated HTTP addresses whose /metrics give server CPU (automatic with --local)")
 	fs.BoolVar(&c.calibrate, "calibrate", false, "first measure an in-process admit-everything gRPC server: the transport ceiling")
+	fs.BoolVar(&c.calibrateProc, "calibrate-process", false, "with --calibrate: run the calibration server as a process of its own, with a node's transport settings, and report its server CPU as a node's")
 	fs.StringVar(&r.mode, "mode", modeThroughput, "throughput or accuracy")
 	fs.DurationVar(&c.duration, "duration", 10*time.Second, "length of the run (accuracy: per algorithm, default 4s)")
 	fs.IntVar(&c.concurrency, "concurrency", 32, "workers, each with one call in flight (throughput mode)")
@@ -193,6 +195,8 @@ func (c *config) validate(set map[string]bool) error {
 		bad("no targets: give --targets host:port,…, --local N or --calibrate")
 	case c.tlsCA != "" && c.calibrate:
 		bad("--tls-ca: the --calibrate server is plaintext; calibrate in a run of its own")
+	case c.calibrateProc && !c.calibrate:
+		bad("--calibrate-process needs --calibrate")
 	case c.tlsCA == "" && (c.tlsCert != "" || c.tlsKey != ""):
 		bad("--tls-cert and --tls-key need --tls-ca")
 	case len(c.targets) > 0 && c.local > 0:

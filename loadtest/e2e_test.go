@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/signal"
 	"strings"
 	"sync"
 	"syscall"
@@ -27,6 +28,13 @@ var server struct {
 }
 
 func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == serveCalibrationArg {
+		// The test binary is the tool's binary for --calibrate-process.
+		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+		code := serveCalibration(ctx, os.Args[2:], os.Stdout, os.Stderr)
+		stop()
+		os.Exit(code)
+	}
 	code := m.Run()
 	if server.dir != "" {
 		os.RemoveAll(server.dir)
@@ -85,6 +93,20 @@ func TestThroughputAgainstLocalCluster(t *testing.T) {
 	}
 	if r.ServerCPUMicrosPerCheck == nil || *r.ServerCPUMicrosPerCheck <= 0 {
 		t.Errorf("server CPU per check = %v, want it measured from the local servers' metrics", r.ServerCPUMicrosPerCheck)
+	}
+}
+
+func TestCalibrationAsAProcess(t *testing.T) {
+	t.Parallel()
+	r := runJSON(t, "--calibrate", "--calibrate-process", "--duration", "300ms", "--concurrency", "2", "--batch", "10")
+	if r.Run != "calibration" || r.CalibrationServer != calibrationProcess {
+		t.Errorf("run, calibration server = %q, %q; want calibration, %q", r.Run, r.CalibrationServer, calibrationProcess)
+	}
+	if r.Checks == 0 || r.Admitted != r.Checks || len(r.Errors) != 0 {
+		t.Errorf("checks %d, admitted %d, errors %v; want every check admitted", r.Checks, r.Admitted, r.Errors)
+	}
+	if r.ServerCPUMicrosPerCheck == nil || *r.ServerCPUMicrosPerCheck <= 0 {
+		t.Errorf("server CPU per check = %v, want it read from the child's metrics", r.ServerCPUMicrosPerCheck)
 	}
 }
 

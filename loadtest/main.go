@@ -61,7 +61,12 @@
 // --calibrate measures an in-process gRPC server that admits everything
 // without deciding anything: the transport ceiling of this machine. With
 // targets or --local it runs first, and the run's checks/s is reported as
-// a ratio of it.
+// a ratio of it. With --calibrate-process that server runs as a process
+// of its own (this binary again, with a node's transport settings), and
+// its server CPU per check is read from its process_cpu_seconds_total as
+// a node's is, so the bare transport and a node compare in one command:
+//
+//	go run ./loadtest --calibrate --calibrate-process --local 1 --batch 1
 //
 // Exit codes: 0 done, 1 a target or the local cluster failed, 2 bad flags.
 package main
@@ -94,6 +99,9 @@ func main() {
 
 // run is main without the process: parse, measure, report.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == serveCalibrationArg { // --calibrate-process's child
+		return serveCalibration(ctx, args[1:], stdout, stderr)
+	}
 	cfg, err := parseFlags(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return exitOK

@@ -14,21 +14,24 @@ import (
 
 // result is the report of one measurement; --json writes it as is.
 type result struct {
-	Run         string   `json:"run"` // "cluster" or "calibration"
-	Mode        string   `json:"mode"`
-	Targets     []string `json:"targets"`
-	Spread      string   `json:"spread"` // "round-robin" or "entry-one"
-	Loop        string   `json:"loop"`   // "closed", "open" or "paced" (accuracy)
-	Algorithm   string   `json:"algorithm"`
-	Dist        string   `json:"dist"`
-	Keys        int      `json:"keys"`
-	Batch       int      `json:"batch"`
-	Concurrency int      `json:"concurrency"`
-	Conns       int      `json:"conns_per_target"`
-	Limit       int64    `json:"limit"`
-	PeriodMS    int64    `json:"period_ms"`
-	Hits        int64    `json:"hits"`
-	DurationS   float64  `json:"duration_s"` // measured, start to last answer
+	Run string `json:"run"` // "cluster" or "calibration"
+	// CalibrationServer says where the calibration server ran: "in-process"
+	// (its CPU is in the client's) or "process" (its own, measured as a node's).
+	CalibrationServer string   `json:"calibration_server,omitempty"`
+	Mode              string   `json:"mode"`
+	Targets           []string `json:"targets"`
+	Spread            string   `json:"spread"` // "round-robin" or "entry-one"
+	Loop              string   `json:"loop"`   // "closed", "open" or "paced" (accuracy)
+	Algorithm         string   `json:"algorithm"`
+	Dist              string   `json:"dist"`
+	Keys              int      `json:"keys"`
+	Batch             int      `json:"batch"`
+	Concurrency       int      `json:"concurrency"`
+	Conns             int      `json:"conns_per_target"`
+	Limit             int64    `json:"limit"`
+	PeriodMS          int64    `json:"period_ms"`
+	Hits              int64    `json:"hits"`
+	DurationS         float64  `json:"duration_s"` // measured, start to last answer
 
 	RPCs            int64            `json:"rpcs"`
 	Checks          int64            `json:"checks"` // answered
@@ -219,7 +222,11 @@ func writeSummary(w io.Writer, r *result) error {
 func summarize(b *strings.Builder, r *result) {
 	p := func(format string, a ...any) { fmt.Fprintf(b, format+"\n", a...) }
 	if r.Run == "calibration" {
-		p("== calibration: in-process gRPC server that admits everything (transport ceiling of this machine)")
+		where := "in-process"
+		if r.CalibrationServer == calibrationProcess {
+			where = "separate-process"
+		}
+		p("== calibration: %s gRPC server that admits everything (transport ceiling of this machine)", where)
 	} else {
 		p("== %s, %s loop, %s over %d target(s): %s", r.Mode, r.Loop, r.Spread, len(r.Targets), strings.Join(r.Targets, " "))
 	}
@@ -247,7 +254,7 @@ func summarize(b *strings.Builder, r *result) {
 			ol.TargetChecksPerSecond, ol.Scheduled, ol.Late, ol.LateWakeups, ol.Unsent, ol.MaxLagMS)
 	}
 	if r.RatioToCeiling != nil {
-		p("ceiling     %.0f checks/s in-process → this run is %.2f× the transport ceiling", r.Calibration.ChecksPerSecond, *r.RatioToCeiling)
+		p("ceiling     %.0f checks/s %s → this run is %.2f× the transport ceiling", r.Calibration.ChecksPerSecond, r.Calibration.CalibrationServer, *r.RatioToCeiling)
 	}
 	if len(r.Accuracy) > 0 {
 		summarizeAccuracy(b, r)

@@ -34,8 +34,12 @@ func execute(ctx context.Context, cfg *config, stderr io.Writer) (*result, error
 	}
 	var cal *result
 	if cfg.calibrate {
+		calibrateFn := calibrate
+		if cfg.calibrateProc {
+			calibrateFn = calibrateProcess
+		}
 		var err error
-		if cal, err = calibrate(ctx, cfg, stderr); err != nil {
+		if cal, err = calibrateFn(ctx, cfg, stderr); err != nil {
 			return nil, fmt.Errorf("calibrate: %w", err)
 		}
 		if len(cfg.targets) == 0 && cfg.local == 0 || ctx.Err() != nil {
