@@ -173,7 +173,8 @@ func (e *itemError) Error() string { return "rls: " + e.msg }
 // callError is the status a failed call answers with: an invalid check
 // (a limit override or hits_addend out of range) is InvalidArgument; an
 // owner that could not be reached, or a node shutting down, Unavailable;
-// a failure of the whole batch keeps the code the node's API would give it.
+// a failure of the whole batch keeps the code the node's API would give it
+// (a refusal for overload: ResourceExhausted with errdetails.RetryInfo).
 func callError(err error) error {
 	var ie *itemError
 	if errors.As(err, &ie) {
@@ -184,6 +185,9 @@ func callError(err error) error {
 			return status.Error(codes.Unavailable, ie.Error())
 		}
 		return status.Error(codes.Internal, ie.Error())
+	}
+	if errors.Is(err, transport.ErrOverloaded) {
+		return transport.GRPCStatus(err) // with its retry delay
 	}
 	return status.Error(transport.Code(err), "rls: "+err.Error())
 }

@@ -6,11 +6,10 @@ import (
 	"net/http"
 
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/shardlimiter/shardlimiter/rules"
+	"github.com/shardlimiter/shardlimiter/transport"
 )
 
 // maxJSONBody bounds the body of POST /json.
@@ -20,7 +19,9 @@ const maxJSONBody = 1 << 20
 // from curl: a RateLimitRequest in proto3 JSON in, the RateLimitResponse
 // out, with status 200 when overall_code is OK and 429 when it is
 // OVER_LIMIT. A body that does not decode is 400; a call that fails is
-// answered with the HTTP status of its gRPC code and {"error": …}.
+// answered as the native HTTP API answers it (transport.WriteHTTPError):
+// the HTTP status of its gRPC code and {"error": …}, and 429 with
+// Retry-After when the node sheds it.
 func (s *Service) JSONHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost {
@@ -38,9 +39,9 @@ func (s *Service) JSONHandler() http.Handler {
 			writeError(w, http.StatusBadRequest, "bad RateLimitRequest JSON: "+err.Error())
 			return
 		}
-		resp, err := s.ShouldRateLimit(r.Context(), &req)
+		resp, err := s.should(r.Context(), &req, s.cfg.JSONChecker)
 		if err != nil {
-			writeError(w, httpStatus(status.Code(err)), status.Convert(err).Message())
+			transport.WriteHTTPError(w, err) // 429 with Retry-After when shed
 			return
 		}
 		out, err := protojson.Marshal(resp)
@@ -82,20 +83,6 @@ func ConfigHandler(store *rules.Store) http.Handler {
 		w.Header().Set("Content-Type", "application/json")
 		w.Write(out)
 	})
-}
-
-func httpStatus(c codes.Code) int {
-	switch c {
-	case codes.InvalidArgument:
-		return http.StatusBadRequest
-	case codes.Unavailable:
-		return http.StatusServiceUnavailable
-	case codes.DeadlineExceeded:
-		return http.StatusGatewayTimeout
-	case codes.ResourceExhausted:
-		return http.StatusTooManyRequests
-	}
-	return http.StatusInternalServerError
 }
 
 func writeError(w http.ResponseWriter, code int, msg string) {

@@ -48,8 +48,13 @@ import (
 // Config configures a Service.
 type Config struct {
 	// Checker decides the checks of a request: the node (peer.Node.Check),
-	// which forwards the keys it does not own. Required.
+	// which forwards the keys it does not own, usually behind the client
+	// in-flight bound (transport.BoundChecker): a refusal for overload
+	// fails the call with ResourceExhausted and a retry delay. Required.
 	Checker transport.Checker
+	// JSONChecker decides the checks of POST /json (so that its refusals
+	// are counted for the HTTP listener); nil means Checker.
+	JSONChecker transport.Checker
 	// Rules holds the loaded rules. Nil, or a store holding no set, matches
 	// nothing: every descriptor answers OK.
 	Rules *rules.Store
@@ -78,6 +83,9 @@ func New(cfg Config) *Service {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.JSONChecker == nil {
+		cfg.JSONChecker = cfg.Checker
+	}
 	return &Service{cfg: cfg, m: newMetrics(cfg.Registerer)}
 }
 
@@ -91,6 +99,11 @@ func (s *Service) Register(srv *grpc.Server) {
 // InvalidArgument; an item the node could not decide fails the call (see
 // callError), so that Envoy applies its failure_mode_deny setting.
 func (s *Service) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitRequest) (*rlspb.RateLimitResponse, error) {
+	return s.should(ctx, req, s.cfg.Checker)
+}
+
+// should is ShouldRateLimit deciding through checker.
+func (s *Service) should(ctx context.Context, req *rlspb.RateLimitRequest, checker transport.Checker) (*rlspb.RateLimitResponse, error) {
 	s.m.requests.Inc()
 	if err := validRequest(req); err != nil {
 		s.m.errors.Inc()
@@ -104,7 +117,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReque
 	var results = p.results[:0]
 	if len(p.checks) > 0 {
 		var err error
-		results, err = s.cfg.Checker.Check(ctx, p.checks)
+		results, err = checker.Check(ctx, p.checks)
 		if err == nil {
 			err = resultsError(results, len(p.checks))
 		}

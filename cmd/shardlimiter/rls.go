@@ -71,8 +71,10 @@ func (r *rlsServer) loadedAt() float64 {
 }
 
 // newRLS loads the rules (a broken file stops the start) and builds the
-// service on checker, the node.
-func newRLS(cfg rlsConfig, checker transport.Checker, reg prometheus.Registerer, log *slog.Logger) (*rlsServer, error) {
+// service on checker, the node, behind bound, the client calls' in-flight
+// bound: a call takes one unit per check, and is refused (shed, counted
+// in tm) when they do not fit, as the native API's calls are.
+func newRLS(cfg rlsConfig, checker transport.Checker, bound *transport.InFlight, tm *transport.Metrics, reg prometheus.Registerer, log *slog.Logger) (*rlsServer, error) {
 	r := &rlsServer{cfg: cfg, log: log, store: rules.NewStore(nil)}
 	if len(cfg.files) > 0 {
 		set, err := rules.Load(cfg.files...)
@@ -89,7 +91,11 @@ func newRLS(cfg rlsConfig, checker transport.Checker, reg prometheus.Registerer,
 	version := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "shardlimiter", Subsystem: "rules", Name: "loaded_timestamp_seconds",
 		Help: "When the rules in force were loaded (Unix time); 0 without --config."}, r.loadedAt)
 	reg.MustRegister(r.loaded, r.refused, version)
-	r.svc = rls.New(rls.Config{Checker: checker, Rules: r.store, Shadow: cfg.shadow, Headers: cfg.headers, Registerer: reg})
+	r.svc = rls.New(rls.Config{
+		Checker:     transport.BoundChecker(checker, bound, tm, transport.ListenerGRPC),
+		JSONChecker: transport.BoundChecker(checker, bound, tm, transport.ListenerHTTP),
+		Rules:       r.store, Shadow: cfg.shadow, Headers: cfg.headers, Registerer: reg,
+	})
 	r.at.Store(time.Now().Unix())
 	return r, nil
 }
