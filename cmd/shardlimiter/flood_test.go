@@ -8,6 +8,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -130,4 +131,24 @@ func TestMemoryBudgetHoldsUnderFloods(t *testing.T) {
 	}
 	poll.Until(t, 30*time.Second, func() bool { return longBytes() < 1<<10 },
 		"TOKEN_BUCKET still holds %v bytes after its keys expired", longBytes())
+}
+
+// TestMemoryBudgetFollowsTheFlagAtRestart: changing --max-memory alone and
+// restarting changes the tables' budget (half of it) and nothing else.
+func TestMemoryBudgetFollowsTheFlagAtRestart(t *testing.T) {
+	t.Parallel()
+	bin := buildBinary(t)
+	for _, mib := range []int{64, 96} {
+		p := startProc(t, bin, "127.0.0.1", freeGossipPort(t, "127.0.0.1"), "", "--max-memory", fmt.Sprintf("%dMiB", mib))
+		url := "http://" + p.http
+		if got, want := metric(http.DefaultClient, url, "shardlimiter_table_budget_bytes"), float64(mib<<20)/2; got != want {
+			t.Errorf("--max-memory %dMiB: table budget %v bytes, want %v", mib, got, want)
+		}
+		if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.cmd.Wait(); err != nil {
+			t.Fatalf("--max-memory %dMiB: exit after SIGTERM: %v", mib, err)
+		}
+	}
 }
