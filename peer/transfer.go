@@ -331,6 +331,9 @@ func (n *Node) runPush(ctx context.Context, j job) {
 			break
 		}
 		n.log.Debug("handoff: push failed, retrying", "to", j.peer.Name, "try", try+1, "err", err)
+		if !waitShed(ctx, err) {
+			break
+		}
 	}
 	if err != nil {
 		n.m.handoffIncomplete.Inc()
@@ -603,4 +606,23 @@ func uniqueKeyOf(tableKey string) string {
 		return tableKey
 	}
 	return tableKey[k+int(l):]
+}
+
+// waitShed waits, when err is a receiver's refusal for overload, for the
+// delay it asked for before a retry (an immediate retry would most likely
+// be shed again and use up the retries). It reports false when ctx ended
+// meanwhile.
+func waitShed(ctx context.Context, err error) bool {
+	d, ok := transport.RetryDelay(err)
+	if !ok || !errors.Is(err, transport.ErrOverloaded) {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
