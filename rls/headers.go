@@ -11,19 +11,23 @@ import (
 	"github.com/shardlimiter/shardlimiter/rules"
 )
 
-// headers are the RateLimit-Policy and RateLimit fields of
-// draft-ietf-httpapi-ratelimit-headers (-09/-10) for one limit:
+// headers are the RateLimit-Policy and RateLimit fields of the IETF
+// httpapi draft "RateLimit header fields for HTTP"
+// (draft-ietf-httpapi-ratelimit-headers-11, May 2026, the current
+// revision; client/httplimit sends the same syntax) for one limit:
 //
 //	RateLimit-Policy: "api_per_minute";q=100;w=60
 //	RateLimit: "api_per_minute";r=42;t=17
 //
-// q is the quota and w the window in seconds; r is what remains and t the
-// seconds until the quota is restored (rounded up, so a client that waits
-// t is never early). Both are Structured Fields (RFC 9651) lists of one
-// item whose value is the policy name as an sf-string.
+// q is the quota and w the window in seconds (rounded up, at least 1); r
+// is what remains and t the seconds until the quota is restored (rounded
+// up, so a client that waits t is never early). Both are Structured
+// Fields (RFC 9651) lists of one item whose value is the policy name as
+// an sf-string. The RateLimit-Limit/-Remaining/-Reset fields of earlier
+// drafts are not sent.
 func headers(l rules.Limit, r *limit.Result, now int64) []*corepb.HeaderValue {
 	name := sfString(l.Name)
-	window := ceilSeconds(l.Rule.Period)
+	window := max(1, ceilSeconds(l.Rule.Period))
 	reset := ceilSeconds(untilReset(r, now))
 	return []*corepb.HeaderValue{
 		{Key: "RateLimit-Policy", Value: name + ";q=" + strconv.FormatInt(l.Rule.Limit, 10) + ";w=" + strconv.FormatInt(window, 10)},

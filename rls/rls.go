@@ -62,7 +62,7 @@ type Config struct {
 	// and reported in metrics, and overall_code is always OK.
 	Shadow bool
 	// Headers adds the IETF RateLimit and RateLimit-Policy fields
-	// (draft-ietf-httpapi-ratelimit-headers) for the descriptor closest to
+	// (draft-ietf-httpapi-ratelimit-headers-11) for the descriptor closest to
 	// its limit to response_headers_to_add.
 	Headers bool
 	// Registerer receives the service's metrics; nil registers nothing.
