@@ -36,6 +36,7 @@ type config struct {
 	targets        []string // gRPC addresses
 	entryOne       bool     // everything to targets[0]
 	client         string   // clientPlain or clientDirect (--client)
+	api            string   // apiNative or apiRLS (--api)
 	local          int      // start a local cluster of this many nodes
 	localFlags     []string // extra flags for the local servers
 	serverBin      string   // prebuilt server binary for --local; empty builds one
@@ -83,6 +84,7 @@ func newFlagSet(out io.Writer, c *config, r *rawFlags) *flag.FlagSet {
 	fs := flag.NewFlagSet("loadtest", flag.ContinueOnError)
 	fs.SetOutput(out)
 	fs.StringVar(&r.targets, "targets", "", "comma-separated gRPC addresses (host:port); each worker round-robins over them")
+	fs.StringVar(&c.api, "api", apiNative, "what calls are: native (GetRateLimits, a batch of --batch checks) or rls (Envoy's ShouldRateLimit through go-control-plane's client: one descriptor per check, the rule as a limit override, so a FIXED_WINDOW of whole seconds whatever --algorithm says; needs no rules file)")
 	fs.StringVar(&c.client, "client", clientPlain, "how calls are sent: plain (--conns connections per target, each call to the worker's next target) or direct (the owner-aware client of package client: each check to its key's owner, concurrent calls merged per node)")
 	fs.BoolVar(&c.entryOne, "entry-one", false, "send everything to the first target (the others are reached by forwarding)")
 	fs.IntVar(&c.local, "local", 0, "build ./cmd/shardlimiter and start a local `N`-node cluster for the run, node i on 127.0.0.(10+i) (127.0.0.1 where only that binds)")
@@ -191,6 +193,10 @@ func (c *config) validate(set map[string]bool) error {
 		bad("--mode: want throughput or accuracy, got %q", c.mode)
 	case c.client != clientPlain && c.client != clientDirect:
 		bad("--client: want plain or direct, got %q", c.client)
+	case c.api != apiNative && c.api != apiRLS:
+		bad("--api: want native or rls, got %q", c.api)
+	case c.api == apiRLS && c.client == clientDirect:
+		bad("--api rls: --client direct sends native calls; use plain")
 	case len(c.targets) == 0 && c.local == 0 && !c.calibrate:
 		bad("no targets: give --targets host:port,…, --local N or --calibrate")
 	case c.tlsCA != "" && c.calibrate:
@@ -211,6 +217,9 @@ func (c *config) validate(set map[string]bool) error {
 	}
 	c.validateLoad(bad)
 	c.validateRule(bad, set)
+	if msg := checkRLSRule(c.rule); c.api == apiRLS && msg != "" {
+		bad("%s", msg)
+	}
 	c.validateChurn(bad)
 	return errors.Join(errs...)
 }

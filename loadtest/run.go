@@ -80,6 +80,9 @@ func measure(ctx context.Context, cfg *config, targets, metrics []string, stderr
 	if cfg.client == clientDirect {
 		dial = dialDirect
 	}
+	if cfg.api == apiRLS {
+		dial = dialRLS
+	}
 	ts, err := dial(targets, cfg.conns)
 	if err != nil {
 		return nil, err
