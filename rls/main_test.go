@@ -71,15 +71,6 @@ func (f *fakeChecker) Check(_ context.Context, checks []limit.Check) ([]limit.Re
 	return out, nil
 }
 
-func (f *fakeChecker) last() []limit.Check {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if len(f.calls) == 0 {
-		return nil
-	}
-	return f.calls[len(f.calls)-1]
-}
-
 // newTestService is a Service on testRules and f, its clock stopped at t0.
 func newTestService(t *testing.T, f *fakeChecker, headers bool) *Service {
 	t.Helper()
