@@ -2,6 +2,7 @@ package transport
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -68,6 +69,11 @@ type call struct {
 // is not UTF-8).
 func newCall(checks []limit.Check) (*call, error) {
 	n := len(checks)
+	if n > 0 && checks[n-1].Chained {
+		// Batches merge calls: a chain left open would join the next
+		// caller's first check and fail its group at the owner.
+		return nil, errOpenChain
+	}
 	cl := &call{
 		offs:    make([]int, n+1),
 		results: make([]limit.Result, n),
@@ -88,6 +94,8 @@ func newCall(checks []limit.Check) (*call, error) {
 	cl.left.Store(int64(n))
 	return cl, nil
 }
+
+var errOpenChain = errors.New("transport: the last check of a call is chained to nothing")
 
 // cut returns where a batch that has room for cl's checks up to hi, taking
 // them from lo, should end: hi when no group spans it, else the start of

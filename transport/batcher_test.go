@@ -475,3 +475,20 @@ func BenchmarkPeerForward(b *testing.B) {
 		})
 	}
 }
+
+// TestPeerClientRefusesAnOpenChain: a call whose last check is Chained
+// would chain onto whatever call the batcher merges after it, failing
+// another caller's check at the owner; it is refused alone, before sending.
+func TestPeerClientRefusesAnOpenChain(t *testing.T) {
+	t.Parallel()
+	o := newOwner(t, false)
+	c := o.client(t, PeerConfig{})
+	open := []limit.Check{mkCheck("a", 1), mkCheck("a", 1)}
+	open[1].Chained = true
+	if _, err := c.Forward(ctxTimeout(t), open); !errors.Is(err, errOpenChain) {
+		t.Fatalf("Forward(chain left open) = %v, want errOpenChain", err)
+	}
+	if res, err := c.Forward(ctxTimeout(t), []limit.Check{mkCheck("b", 1)}); err != nil || res[0].Error != "" {
+		t.Fatalf("Forward after the refused call = %+v, %v; want an answer", res, err)
+	}
+}
