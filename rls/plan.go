@@ -53,9 +53,18 @@ func validRequest(req *rlspb.RateLimitRequest) error {
 		return status.Error(codes.InvalidArgument, "rls: domain must not be empty")
 	case len(req.GetDescriptors()) == 0:
 		return status.Error(codes.InvalidArgument, "rls: descriptor list must not be empty")
+	case len(req.GetDescriptors()) > MaxDescriptors:
+		return status.Errorf(codes.InvalidArgument, "rls: %d descriptors in one request, max %d", len(req.GetDescriptors()), MaxDescriptors)
 	}
 	return nil
 }
+
+// MaxDescriptors bounds the descriptors of one request. Each becomes up to
+// limit.MaxGroup checks of one batch; without a bound a single message of
+// a few MiB could make the node decide tens of thousands of checks at once
+// (the in-flight bound admits any one call on an idle node). Envoy sends a
+// handful per request.
+const MaxDescriptors = 64
 
 // plan matches every descriptor of req against set (nil matches nothing)
 // and builds the checks. Replaces apply across the request, as in

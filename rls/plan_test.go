@@ -8,6 +8,8 @@ import (
 	ratelimitpb "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	typepb "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/shardlimiter/shardlimiter/limit"
@@ -125,5 +127,21 @@ func TestPlanKeys(t *testing.T) {
 	o2 := key("e", withOverride(entries("k", "a"), 7, typepb.RateLimitUnit_HOUR))
 	if a != a2 || a == b || o == o2 {
 		t.Errorf("keys a=%q a again=%q b=%q override d=%q e=%q: want a equal, the rest distinct", a, a2, b, o, o2)
+	}
+}
+
+func TestTooManyDescriptorsRefused(t *testing.T) {
+	t.Parallel()
+	req := &rlspb.RateLimitRequest{Domain: "d"}
+	for range MaxDescriptors + 1 {
+		req.Descriptors = append(req.Descriptors, &ratelimitpb.RateLimitDescriptor{
+			Entries: []*ratelimitpb.RateLimitDescriptor_Entry{{Key: "k", Value: "v"}}})
+	}
+	if err := validRequest(req); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("validRequest(%d descriptors) = %v, want InvalidArgument", len(req.Descriptors), err)
+	}
+	req.Descriptors = req.Descriptors[:MaxDescriptors]
+	if err := validRequest(req); err != nil {
+		t.Fatalf("validRequest(%d descriptors) = %v, want nil", len(req.Descriptors), err)
 	}
 }
