@@ -21,10 +21,15 @@ type Client struct {
 }
 
 // Dial prepares a client for the server at addr (host:port or any gRPC
-// target). It connects lazily. opts follow the default (plaintext
-// credentials), so they can override it.
+// target). It connects lazily. opts follow the defaults (plaintext
+// credentials, static flow-control windows of FlowWindow), so they can
+// override them.
 func Dial(addr string, opts ...grpc.DialOption) (*Client, error) {
-	opts = append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, opts...)
+	opts = append([]grpc.DialOption{
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithStaticStreamWindowSize(FlowWindow),
+		grpc.WithStaticConnWindowSize(FlowWindow),
+	}, opts...)
 	conn, err := grpc.NewClient(addr, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("transport: dial %s: %w", addr, err)

@@ -35,7 +35,8 @@ type PeerConfig struct {
 	Metrics *Metrics
 	// DialOptions follow the defaults (plaintext credentials, reconnect
 	// backoff from 100ms up to 2s, keepalive pings every
-	// PeerKeepaliveTime), so they can override them.
+	// PeerKeepaliveTime, static flow-control windows of FlowWindow), so
+	// they can override them.
 	DialOptions []grpc.DialOption
 	// Standin marks every forward of the client as one the owner's
 	// stand-in decides (see IsStandin): the owner could not be reached.
@@ -122,6 +123,8 @@ func dialPeer(addr string, cfg PeerConfig) (*grpc.ClientConn, error) {
 			MinConnectTimeout: timeout,
 		}),
 		peerKeepalive(),
+		grpc.WithStaticStreamWindowSize(FlowWindow), // see FlowWindow
+		grpc.WithStaticConnWindowSize(FlowWindow),
 	}, cfg.DialOptions...)
 	return grpc.NewClient(addr, opts...)
 }
