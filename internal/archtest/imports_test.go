@@ -49,6 +49,8 @@ var allowed = map[string][]string{
 	"client":           {"limit", "ring", "transport"},
 	"client/httplimit": {"limit", "client"},
 	"client/grpclimit": {"limit", "client"},
+	// Example programs use the public client, as an application would.
+	"examples/sidecar-app": {"limit", "client", "client/httplimit"},
 
 	// Rules from YAML files (Envoy RLS configuration) and their reload:
 	// rules reads files but starts nothing; rulesfile owns the goroutine.
