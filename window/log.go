@@ -155,7 +155,9 @@ func (l *Log) Take(key string, now int64, r limit.Rule, hits int64) limit.Decisi
 			// Charged under the mutex, so that the key's retirement
 			// credits exactly what was charged (table.StateSizer).
 			grown := e.State.heapBytes() - size
-			l.t.AddStateBytes(grown)
+			if grown != 0 { // usually not: the buffer has room
+				l.t.AddStateBytes(grown)
+			}
 			e.Mu.Unlock()
 			if grown > 0 {
 				l.t.Reclaim(e)
