@@ -46,9 +46,9 @@ type Budget struct {
 
 // reclaimer is one table as a Budget sees it.
 type reclaimer interface {
-	// victim offers the least recently used of a small sample of keys, or
-	// ok false when it found none.
-	victim() (key string, used int64, ok bool)
+	// victim offers the least recently used of a small sample of keys,
+	// never skip, or ok false when it found none.
+	victim(skip any) (key string, used int64, ok bool)
 	// evictKey removes key for the budget, unless it is skip, and reports
 	// whether it removed a live key.
 	evictKey(key string, skip any) bool
@@ -106,7 +106,7 @@ func (b *Budget) reclaim(skip any) {
 		off := rand.IntN(len(members) + 1)
 		for i := range members {
 			r := members[(i+off)%len(members)]
-			if k, u, ok := r.victim(); ok && (best == nil || u < bestUsed) {
+			if k, u, ok := r.victim(skip); ok && (best == nil || u < bestUsed) {
 				best, bestKey, bestUsed = r, k, u
 			}
 		}
@@ -196,7 +196,7 @@ func (t *Table[S]) Bytes() int64 { return t.bytes.Load() }
 // victim samples the first non-empty shard from a random one on. A sparse
 // table has many empty shards: victim may look at all of them, but only
 // while the budget is over, and never for a table with no key.
-func (t *Table[S]) victim() (key string, used int64, ok bool) {
+func (t *Table[S]) victim(skip any) (key string, used int64, ok bool) {
 	if t.n.Load() <= 0 {
 		return "", 0, false
 	}
@@ -206,6 +206,9 @@ func (t *Table[S]) victim() (key string, used int64, ok bool) {
 		sh.mu.RLock()
 		seen := 0
 		for k, e := range sh.m {
+			if any(e) == skip {
+				continue
+			}
 			if u := e.used.Load() &^ markBit; !ok || u < used {
 				key, used, ok = k, u, true
 			}
