@@ -36,6 +36,7 @@ type config struct {
 	targets        []string // gRPC addresses
 	entryOne       bool     // everything to targets[0]
 	client         string   // clientPlain or clientDirect (--client)
+	clientInflight int      // --client direct: RPC slots per node; 0 = the client's default
 	api            string   // apiNative or apiRLS (--api)
 	local          int      // start a local cluster of this many nodes
 	localFlags     []string // extra flags for the local servers
@@ -106,6 +107,7 @@ func newFlagSet(out io.Writer, c *config, r *rawFlags) *flag.FlagSet {
 	fs.IntVar(&c.batch, "batch", 100, "checks per GetRateLimits call (throughput mode)")
 	fs.Float64Var(&c.rate, "rate", 0, "open loop: checks/s on a fixed schedule (0 = closed loop); accuracy: total attempts/s (default 5.3× the limit's rate per key)")
 	fs.IntVar(&c.conns, "conns", 1, "gRPC connections per target")
+	fs.IntVar(&c.clientInflight, "client-inflight", 0, "with --client direct: RPCs in flight per node (client.Config.MaxInFlight; 0 = the client's default). Fewer slots merge more concurrent checks per RPC")
 	fs.DurationVar(&c.rpcTimeout, "rpc-timeout", 2*time.Second, "deadline of one call")
 	fs.IntVar(&c.keys, "keys", 100_000, "distinct keys (accuracy: default 8)")
 	fs.StringVar(&r.dist, "dist", distUniform, "key distribution: uniform, zipf or hot (one key)")
@@ -239,6 +241,12 @@ func (c *config) validateLoad(bad func(string, ...any)) {
 	}
 	if c.conns < 1 {
 		bad("--conns: want >= 1, got %d", c.conns)
+	}
+	if c.clientInflight < 0 {
+		bad("--client-inflight: want >= 0, got %d", c.clientInflight)
+	}
+	if c.clientInflight != 0 && c.client != clientDirect {
+		bad("--client-inflight needs --client direct")
 	}
 	if c.rpcTimeout <= 0 {
 		bad("--rpc-timeout: want > 0, got %v", c.rpcTimeout)

@@ -38,6 +38,8 @@ func TestBadFlagsExitTwoWithAMessage(t *testing.T) {
 		{[]string{"--targets", "a:1", "--mode", "accuracy", "--keys", "5000"}, "one sender per key"},
 		{[]string{"--targets", "a:1", "--mode", "accuracy", "--rate", "1e9", "--duration", "1m"}, "would record"},
 		{[]string{"--targets", "a:1", "--calibrate-process"}, "--calibrate-process needs --calibrate"},
+		{[]string{"--targets", "a:1", "--client-inflight", "2"}, "--client-inflight needs --client direct"},
+		{[]string{"--targets", "a:1", "--client", "direct", "--client-inflight", "-1"}, "--client-inflight: want >= 0"},
 		{[]string{"--targets", "a:1", "extra"}, `unexpected argument "extra"`},
 		{[]string{"--no-such-flag"}, "flag provided but not defined: -no-such-flag"},
 		{[]string{"--batch", "ten"}, `invalid value "ten" for flag -batch`},

@@ -44,12 +44,13 @@ func (d directClient) GetRateLimits(ctx context.Context, checks []limit.Check) (
 const directWait = 5 * time.Second
 
 // dialDirect returns one target, named after addrs, whose only connection
-// is an owner-aware client seeded with addrs; conns is not used (the
-// client keeps one connection per node).
-func dialDirect(addrs []string, _ int) ([]*target, error) {
+// is an owner-aware client seeded with addrs, with maxInFlight RPC slots
+// per node (0: the client's default). The client keeps one connection per
+// node, so --conns does not apply.
+func dialDirect(addrs []string, maxInFlight int) ([]*target, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), directWait)
 	defer cancel()
-	c, err := client.New(ctx, client.Config{Targets: addrs, DialOptions: dialOptions})
+	c, err := client.New(ctx, client.Config{Targets: addrs, DialOptions: dialOptions, MaxInFlight: maxInFlight})
 	if err != nil {
 		return nil, err
 	}

@@ -78,7 +78,7 @@ func measure(ctx context.Context, cfg *config, targets, metrics []string, stderr
 	}
 	dial := dialTargets
 	if cfg.client == clientDirect {
-		dial = dialDirect
+		dial = func(addrs []string, _ int) ([]*target, error) { return dialDirect(addrs, cfg.clientInflight) }
 	}
 	if cfg.api == apiRLS {
 		dial = dialRLS
