@@ -36,7 +36,11 @@ type Config struct {
 	MaxBatch int
 	// MaxInFlight bounds the RPCs in flight to one node. Zero means 4.
 	// Fewer slots merge more checks per RPC under load, more slots send
-	// sooner.
+	// sooner. Measured (docs/PERFORMANCE.md, "RPC slots of the client"):
+	// 32 goroutines of one check each against one node, 1 slot sends ~16
+	// checks per RPC and costs the node 14–34% less CPU per check than 4
+	// (~5), at a lower p50; but with 32 callers of 100 checks, 4 slots
+	// answer 5–27% more checks/s. The default stays 4 for the bulk case.
 	MaxInFlight int
 	// Timeout bounds each RPC; zero means 1 s. A caller's context bounds
 	// its call as well.
