@@ -187,15 +187,9 @@ type Node struct {
 	pushed      []chan struct{} // the pushes of the last rebuild; guarded by rebuildMu
 	// clustered: a ring with other members has been seen; guarded by rebuildMu.
 	clustered bool
-}
-
-// keysHeld returns how many keys this node's tables hold.
-func (n *Node) keysHeld() int {
-	total := 0
-	for _, l := range n.limiters {
-		total += l.Len()
-	}
-	return total
+	// decidedAlone: a client batch was routed here while the ring held
+	// this node alone, so its tables may hold state nobody else has.
+	decidedAlone atomic.Bool
 }
 
 // New returns a node. It starts nothing.
@@ -347,10 +341,15 @@ func (n *Node) rebuild(members []ring.Member) error {
 	n.view.Store(v)
 	if old != nil {
 		from := old
-		if old.snap.Len() == 1 && v.backup != nil && !n.clustered && n.keysHeld() == 0 {
-			// A node that was alone and holds nothing is joining a cluster
-			// whose state is elsewhere: it takes its keys from the ring the
-			// others had before it came.
+		if old.snap.Len() == 1 && v.backup != nil && !n.clustered && !n.decidedAlone.Load() {
+			// A node that was alone and has decided nothing on its own is
+			// joining a cluster whose state is elsewhere: it takes its keys
+			// from the ring the others had before it came. Keys it may
+			// hold already do not count: they were pushed here, or
+			// forwarded here, by members whose rings had it before its own
+			// did (counting them once made a joining node that received an
+			// early push skip its pulls, and the old owner decided on
+			// while the new one started from nothing).
 			from = &view{snap: v.backup, self: -1}
 		}
 		n.pushed = n.planHandoff(from, v)

@@ -37,6 +37,9 @@ func (n *Node) Check(ctx context.Context, checks []limit.Check) ([]limit.Result,
 	n.lockDeciding(ctx, checks)
 	now := n.cfg.Now().UnixNano()
 	v := n.view.Load()
+	if v.snap.Len() == 1 && !n.decidedAlone.Load() {
+		n.decidedAlone.Store(true)
+	}
 	marked := n.ho.busy()
 	var remote [][]int // by owner index: the items to forward there
 	var moved []routed // items of partitions moved elsewhere
