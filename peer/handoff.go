@@ -36,7 +36,10 @@ import (
 // over (marking it moved) and exporting its keys happen in that order, with
 // deciding taken for writing in between: every batch decides while holding
 // deciding for reading and loads the marks and the ring inside it, so no
-// decision made under the old marks lands after the export.
+// decision made under the old marks lands after the export. For the same
+// reason a rebuild stores the new ring and sets the marks it implies with
+// deciding held for writing: a batch sees both or neither, never a ring
+// that gives it a partition not yet marked incoming.
 //
 // Marks change only under mu; the check path reads a partition's kind from
 // an atomic and, when no partition is marked (active is 0, the steady

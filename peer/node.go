@@ -337,6 +337,13 @@ func (n *Node) rebuild(members []ring.Member) error {
 			return err
 		}
 	}
+	// The new ring and the handoff marks it implies appear together to
+	// batches, which load both under deciding held for reading. Without
+	// this, a batch that loaded the new ring before its gained partitions
+	// were marked incoming decided their keys here from nothing while the
+	// old owner's state was still on its way (seen: a forwarded check
+	// admitted against a fresh key between the two).
+	n.ho.deciding.Lock()
 	old := n.view.Load()
 	n.view.Store(v)
 	if old != nil {
@@ -354,6 +361,7 @@ func (n *Node) rebuild(members []ring.Member) error {
 		}
 		n.pushed = n.planHandoff(from, v)
 	}
+	n.ho.deciding.Unlock()
 	if snap.Len() > 1 {
 		n.clustered = true
 	}
