@@ -53,11 +53,10 @@ func (h *batchHandler) decide(ctx context.Context, in *wire.Checks, compact bool
 		return nil, &batchError{n: n, max: h.maxBatch}
 	}
 	// Weighted by items, so that a batch of 1000 costs what 1000 single
-	// checks do; an empty call still takes one unit.
-	units := int64(max(n, 1))
-	if !h.inflight.TryAcquire(units) {
-		h.metrics.shed(h.listener, shedChecks)
-		return nil, errShed
+	// checks do.
+	units, err := h.inflight.acquireChecks(n, h.metrics, h.listener)
+	if err != nil {
+		return nil, err
 	}
 	defer h.inflight.Release(units)
 	return h.decideAdmitted(ctx, in, compact)

@@ -67,6 +67,21 @@ func (b *InFlight) tryAcquireLeaving(units, spare int64) bool {
 	}
 }
 
+// acquireChecks takes one unit per check of a call on listener (one for an
+// empty call, which still costs a round of work), or counts the refusal
+// in m and returns errShed. The caller releases the units it got. A
+// listener of -1 counts nothing.
+func (b *InFlight) acquireChecks(n int, m *Metrics, listener int) (int64, error) {
+	units := int64(max(n, 1))
+	if !b.TryAcquire(units) {
+		if listener >= 0 {
+			m.shed(listener, shedChecks)
+		}
+		return 0, errShed
+	}
+	return units, nil
+}
+
 // Release gives back units taken by TryAcquire.
 func (b *InFlight) Release(units int64) {
 	if b != nil {

@@ -43,12 +43,9 @@ type boundChecker struct {
 }
 
 func (c *boundChecker) Check(ctx context.Context, checks []limit.Check) ([]limit.Result, error) {
-	units := int64(max(len(checks), 1))
-	if !c.b.TryAcquire(units) {
-		if c.listener >= 0 {
-			c.m.shed(c.listener, shedChecks)
-		}
-		return nil, errShed
+	units, err := c.b.acquireChecks(len(checks), c.m, c.listener)
+	if err != nil {
+		return nil, err
 	}
 	defer c.b.Release(units)
 	return c.next.Check(ctx, checks)

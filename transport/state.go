@@ -51,10 +51,9 @@ type stateServer struct {
 // admit takes units of the listener's in-flight bound, or answers the
 // refusal; release gives them back.
 func (s *stateServer) admit(units int) (release func(), err error) {
-	u := int64(max(units, 1))
-	if !s.inflight.TryAcquire(u) {
-		s.metrics.shed(listenerPeer, shedChecks)
-		return nil, grpcError(errShed)
+	u, err := s.inflight.acquireChecks(units, s.metrics, listenerPeer)
+	if err != nil {
+		return nil, grpcError(err)
 	}
 	return func() { s.inflight.Release(u) }, nil
 }
