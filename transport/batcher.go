@@ -254,32 +254,24 @@ func (c *PeerClient) abandon(cl *call) {
 	c.pending = kept
 }
 
-// send performs one RPC for b and answers its checks, then recycles b.
-// parent is the caller's context for an inline send, else c.closing; the
-// RPC ends at Timeout, when parent ends, or when Close is called.
+// send performs one RPC for b, on a stream (streamclient.go) or as a unary
+// call, and answers its checks, then recycles b. parent is the caller's
+// context for an inline send, else c.closing; the RPC ends at Timeout, when
+// parent ends, or when Close is called.
 func (c *PeerClient) send(parent context.Context, b *batch) {
 	for _, s := range b.segs {
 		b.req.parts = append(b.req.parts, s.call.encodedRun(s.lo, s.hi))
 	}
-	method := pb.Peers_ForwardRateLimits_FullMethodName
-	if c.api { // a BatchClient (batchclient.go)
-		method = pb.RateLimiter_GetRateLimits_FullMethodName
-	}
 	b.reply.forward, b.reply.max = !c.api, b.n
-	ctx, cancel := context.WithTimeout(parent, c.timeout)
-	if c.standin {
-		ctx = metadata.AppendToOutgoingContext(ctx, standinHeader, "1")
-	}
-	stop := func() bool { return false }
-	if parent != c.closing {
-		stop = context.AfterFunc(c.closing, cancel)
-	}
 	start := time.Now()
-	err := c.conn.Invoke(ctx, method, &b.req, &b.reply,
-		grpc.ForceCodecV2(theCodec))
+	err := errFallback
+	if !c.streams.unaryOnly.Load() {
+		err = c.exchange(parent, b) // streamclient.go
+	}
+	if err == errFallback {
+		err = c.unary(parent, b)
+	}
 	elapsed := time.Since(start)
-	stop()
-	cancel()
 
 	kind := -1
 	if err == nil && len(b.reply.results) != b.n {
@@ -300,6 +292,23 @@ func (c *PeerClient) send(parent context.Context, b *batch) {
 	clear(b.reply.results) // drop the strings for the collector
 	b.segs, b.req.parts, b.reply.results, b.n = b.segs[:0], b.req.parts[:0], b.reply.results[:0], 0
 	batchPool.Put(b)
+}
+
+// unary sends b as one unary call.
+func (c *PeerClient) unary(parent context.Context, b *batch) error {
+	method := pb.Peers_ForwardRateLimits_FullMethodName
+	if c.api { // a BatchClient (batchclient.go)
+		method = pb.RateLimiter_GetRateLimits_FullMethodName
+	}
+	ctx, cancel := context.WithTimeout(parent, c.timeout)
+	defer cancel()
+	if c.standin {
+		ctx = metadata.AppendToOutgoingContext(ctx, standinHeader, "1")
+	}
+	if parent != c.closing {
+		defer context.AfterFunc(c.closing, cancel)()
+	}
+	return c.conn.Invoke(ctx, method, &b.req, &b.reply, grpc.ForceCodecV2(theCodec))
 }
 
 // deliver answers b's checks from the owner's results, in order (the

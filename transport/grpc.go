@@ -69,6 +69,9 @@ type GRPCServer struct {
 	// stopWatches ends health Watch streams, which would otherwise keep
 	// GracefulStop waiting for as long as a client watches.
 	stopWatches context.CancelFunc
+	// streams are the open streams of the stream methods, which stop
+	// before GracefulStop for the same reason (streamserver.go).
+	streams *streamSet
 }
 
 // Service names, as registered and as reported by health and reflection.
@@ -85,14 +88,15 @@ func NewGRPCServer(cfg GRPCConfig) *GRPCServer {
 		srv:         grpc.NewServer(serverOptions(cfg)...),
 		health:      health.NewServer(),
 		stopWatches: stopWatches,
+		streams:     newStreamSet(),
 	}
 	s.services = []string{""}
 	if cfg.Checker != nil {
-		s.srv.RegisterService(rateLimiterDesc, &rateLimiterServer{h: newBatchHandler(cfg.Checker, cfg.MaxBatch, cfg.Metrics, cfg.InFlight, listenerGRPC)})
+		s.srv.RegisterService(checksServiceDesc(&pb.RateLimiter_ServiceDesc, s.streams), &rateLimiterServer{h: newBatchHandler(cfg.Checker, cfg.MaxBatch, cfg.Metrics, cfg.InFlight, listenerGRPC)})
 		s.services = append(s.services, RateLimiterService)
 	}
 	if cfg.Local != nil {
-		s.srv.RegisterService(peersDesc, &peersServer{h: newBatchHandler(cfg.Local, cfg.MaxBatch, cfg.Metrics, cfg.InFlight, listenerPeer)})
+		s.srv.RegisterService(checksServiceDesc(&pb.Peers_ServiceDesc, s.streams), &peersServer{h: newBatchHandler(cfg.Local, cfg.MaxBatch, cfg.Metrics, cfg.InFlight, listenerPeer)})
 		s.services = append(s.services, PeersService)
 	}
 	if cfg.State != nil {
@@ -114,9 +118,10 @@ func NewGRPCServer(cfg GRPCConfig) *GRPCServer {
 
 // serverOptions are the stream workers, then cfg's options, then the
 // codec, which must win: the services hand it messages of ours (see
-// codec.go), and with an InFlight bound the tap that refuses calls while
-// the bound is full (so cfg.ServerOptions must not hold a
-// grpc.InTapHandle of their own).
+// codec.go), and the tap (so cfg.ServerOptions must not hold a
+// grpc.InTapHandle of their own), which makes the stream methods'
+// contexts cancelable (streamserver.go) and, with an InFlight bound,
+// refuses calls while the bound is full.
 //
 // Stream workers: without them gRPC starts a goroutine per call, whose
 // stack then grows (runtime.morestack, copystack) as the call descends
@@ -133,9 +138,7 @@ func serverOptions(cfg GRPCConfig) []grpc.ServerOption {
 		grpc.StaticConnWindowSize(FlowWindow),
 	}
 	opts = append(opts, cfg.ServerOptions...)
-	if cfg.InFlight != nil {
-		opts = append(opts, grpc.InTapHandle(fullTap(cfg.InFlight, cfg.Metrics)))
-	}
+	opts = append(opts, grpc.InTapHandle(serverTap(cfg.InFlight, cfg.Metrics)))
 	return append(opts, grpc.ForceServerCodecV2(theCodec))
 }
 
@@ -158,29 +161,35 @@ const FlowWindow = 256 << 10
 // leave the CPUs without a worker.
 func streamWorkers() int { return 2 * runtime.GOMAXPROCS(0) }
 
-// fullTap refuses a call of the bounded services at its headers while b is
-// full: no call of one check or more could be admitted, and refusing
+// serverTap is the server's tap. A stream method's context is made
+// cancelable (withStreamCancel). With a bound b, a call of the bounded
+// services is refused at its headers while b is full: no call of one check or more could be admitted, and refusing
 // before the message arrives spares its transfer and decoding — under a
 // flood that is most of the cost of a refusal, as the messages of many
 // calls share one connection. A call that arrives while there is room is
 // admitted or refused on its item count once its message is in (see
-// checkBatch.decode). The tap runs on the connection's reader with its
-// lock held: one atomic load, and a counter only when refusing.
-func fullTap(b *InFlight, m *Metrics) tap.ServerInHandle {
+// checkBatch.decode). A stream is refused at its opening only: each batch
+// it carries is admitted on its item count as a unary call's. The tap
+// runs on the connection's reader with its lock held: one atomic load, and
+// a counter only when refusing.
+func serverTap(b *InFlight, m *Metrics) tap.ServerInHandle {
 	refused := grpcError(errShed)
 	return func(ctx context.Context, info *tap.Info) (context.Context, error) {
-		if b.InUse() < b.Limit() {
-			return ctx, nil
+		if b != nil && b.InUse() >= b.Limit() {
+			switch info.FullMethodName {
+			case pb.RateLimiter_GetRateLimits_FullMethodName, streamRateLimitsMethod:
+				m.shed(listenerGRPC, shedChecks)
+				return ctx, refused
+			case pb.Peers_ForwardRateLimits_FullMethodName, streamForwardMethod, pb.State_Push_FullMethodName, pb.State_Pull_FullMethodName:
+				m.shed(listenerPeer, shedChecks)
+				return ctx, refused
+			}
+			// health, reflection, others: never shed
 		}
-		switch info.FullMethodName {
-		case pb.RateLimiter_GetRateLimits_FullMethodName:
-			m.shed(listenerGRPC, shedChecks)
-		case pb.Peers_ForwardRateLimits_FullMethodName, pb.State_Push_FullMethodName, pb.State_Pull_FullMethodName:
-			m.shed(listenerPeer, shedChecks)
-		default:
-			return ctx, nil // health, reflection, others: never shed
+		if isStreamMethod(info.FullMethodName) {
+			ctx = withStreamCancel(ctx)
 		}
-		return ctx, refused
+		return ctx, nil
 	}
 }
 
@@ -201,10 +210,13 @@ func (s *GRPCServer) SetServing(serving bool) {
 }
 
 // GracefulStop reports NOT_SERVING, ends health watches, stops accepting
-// connections and returns once every accepted RPC has been answered.
+// connections and returns once every accepted RPC has been answered. Open
+// streams of the stream methods answer the batch they hold and end; a
+// batch that reaches one afterwards is not decided (streamserver.go).
 func (s *GRPCServer) GracefulStop() {
 	s.health.Shutdown()
 	s.stopWatches()
+	s.streams.stop()
 	s.srv.GracefulStop()
 }
 

@@ -74,6 +74,8 @@ type PeerClient struct {
 	// with mu held and closed false, so it never races with Close's Wait.
 	sends sync.WaitGroup
 
+	streams streamPool // idle streams, see streamclient.go
+
 	mu       sync.Mutex
 	closed   bool
 	inFlight int       // RPC slots taken, ≤ maxInFlight
@@ -216,6 +218,7 @@ func (c *PeerClient) Close() error {
 			s.fail(err)
 		}
 		c.cancel()
+		c.closeStreams()
 		c.sends.Wait()
 		c.closeErr = c.conn.Close()
 	})

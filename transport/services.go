@@ -7,8 +7,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-
-	"github.com/shardlimiter/shardlimiter/transport/pb"
 )
 
 // The RateLimiter and Peers services are registered with descriptors of our
@@ -18,7 +16,8 @@ import (
 // proto file are the generated ones: on the wire, and to server reflection
 // (which describes the services from the registered proto file), nothing
 // differs. Unary interceptors see a *checkBatch as the request and a
-// *resultBatch as the response.
+// *resultBatch as the response; the batches of the stream methods pass no
+// interceptor but the stream's.
 
 // checksService is a service whose single method answers a batch.
 type checksService interface {
@@ -27,22 +26,21 @@ type checksService interface {
 	serveChecks(ctx context.Context, in *checkBatch) (any, error)
 }
 
-// checksServiceDesc copies a generated descriptor, with our handler.
-func checksServiceDesc(gen *grpc.ServiceDesc) *grpc.ServiceDesc {
+// checksServiceDesc copies a generated descriptor, with our handlers: the
+// unary method's and the stream method's (streamserver.go), whose streams
+// stop with streams.
+func checksServiceDesc(gen *grpc.ServiceDesc, streams *streamSet) *grpc.ServiceDesc {
 	name := gen.Methods[0].MethodName
+	stream := gen.Streams[0]
+	stream.Handler = handleStream(streams)
 	return &grpc.ServiceDesc{
 		ServiceName: gen.ServiceName,
 		HandlerType: (*checksService)(nil),
 		Methods:     []grpc.MethodDesc{{MethodName: name, Handler: handleChecks("/" + gen.ServiceName + "/" + name)}},
-		Streams:     []grpc.StreamDesc{},
+		Streams:     []grpc.StreamDesc{stream},
 		Metadata:    gen.Metadata,
 	}
 }
-
-var (
-	rateLimiterDesc = checksServiceDesc(&pb.RateLimiter_ServiceDesc)
-	peersDesc       = checksServiceDesc(&pb.Peers_ServiceDesc)
-)
 
 // handleChecks is the grpc.MethodHandler of a checksService method.
 func handleChecks(fullMethod string) grpc.MethodHandler {

@@ -730,11 +730,13 @@ const file_shardlimiter_v1_shardlimiter_proto_rawDesc = "" +
 	"\x04NONE\x10\x00\x12\b\n" +
 	"\x04WEEK\x10\x01\x12\t\n" +
 	"\x05MONTH\x10\x02\x12\b\n" +
-	"\x04YEAR\x10\x032m\n" +
+	"\x04YEAR\x10\x032\xd4\x01\n" +
 	"\vRateLimiter\x12^\n" +
-	"\rGetRateLimits\x12%.shardlimiter.v1.GetRateLimitsRequest\x1a&.shardlimiter.v1.GetRateLimitsResponse2s\n" +
+	"\rGetRateLimits\x12%.shardlimiter.v1.GetRateLimitsRequest\x1a&.shardlimiter.v1.GetRateLimitsResponse\x12e\n" +
+	"\x10StreamRateLimits\x12%.shardlimiter.v1.GetRateLimitsRequest\x1a&.shardlimiter.v1.GetRateLimitsResponse(\x010\x012\xe9\x01\n" +
 	"\x05Peers\x12j\n" +
-	"\x11ForwardRateLimits\x12).shardlimiter.v1.ForwardRateLimitsRequest\x1a*.shardlimiter.v1.ForwardRateLimitsResponseB6Z4github.com/shardlimiter/shardlimiter/transport/pb;pbb\x06proto3"
+	"\x11ForwardRateLimits\x12).shardlimiter.v1.ForwardRateLimitsRequest\x1a*.shardlimiter.v1.ForwardRateLimitsResponse\x12t\n" +
+	"\x17StreamForwardRateLimits\x12).shardlimiter.v1.ForwardRateLimitsRequest\x1a*.shardlimiter.v1.ForwardRateLimitsResponse(\x010\x01B6Z4github.com/shardlimiter/shardlimiter/transport/pb;pbb\x06proto3"
 
 var (
 	file_shardlimiter_v1_shardlimiter_proto_rawDescOnce sync.Once
@@ -774,11 +776,15 @@ var file_shardlimiter_v1_shardlimiter_proto_depIdxs = []int32{
 	4,  // 7: shardlimiter.v1.ForwardRateLimitsRequest.requests:type_name -> shardlimiter.v1.RateLimitRequest
 	5,  // 8: shardlimiter.v1.ForwardRateLimitsResponse.responses:type_name -> shardlimiter.v1.RateLimitResponse
 	6,  // 9: shardlimiter.v1.RateLimiter.GetRateLimits:input_type -> shardlimiter.v1.GetRateLimitsRequest
-	8,  // 10: shardlimiter.v1.Peers.ForwardRateLimits:input_type -> shardlimiter.v1.ForwardRateLimitsRequest
-	7,  // 11: shardlimiter.v1.RateLimiter.GetRateLimits:output_type -> shardlimiter.v1.GetRateLimitsResponse
-	9,  // 12: shardlimiter.v1.Peers.ForwardRateLimits:output_type -> shardlimiter.v1.ForwardRateLimitsResponse
-	11, // [11:13] is the sub-list for method output_type
-	9,  // [9:11] is the sub-list for method input_type
+	6,  // 10: shardlimiter.v1.RateLimiter.StreamRateLimits:input_type -> shardlimiter.v1.GetRateLimitsRequest
+	8,  // 11: shardlimiter.v1.Peers.ForwardRateLimits:input_type -> shardlimiter.v1.ForwardRateLimitsRequest
+	8,  // 12: shardlimiter.v1.Peers.StreamForwardRateLimits:input_type -> shardlimiter.v1.ForwardRateLimitsRequest
+	7,  // 13: shardlimiter.v1.RateLimiter.GetRateLimits:output_type -> shardlimiter.v1.GetRateLimitsResponse
+	7,  // 14: shardlimiter.v1.RateLimiter.StreamRateLimits:output_type -> shardlimiter.v1.GetRateLimitsResponse
+	9,  // 15: shardlimiter.v1.Peers.ForwardRateLimits:output_type -> shardlimiter.v1.ForwardRateLimitsResponse
+	9,  // 16: shardlimiter.v1.Peers.StreamForwardRateLimits:output_type -> shardlimiter.v1.ForwardRateLimitsResponse
+	13, // [13:17] is the sub-list for method output_type
+	9,  // [9:13] is the sub-list for method input_type
 	9,  // [9:9] is the sub-list for extension type_name
 	9,  // [9:9] is the sub-list for extension extendee
 	0,  // [0:9] is the sub-list for field type_name

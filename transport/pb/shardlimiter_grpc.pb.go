@@ -19,7 +19,8 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	RateLimiter_GetRateLimits_FullMethodName = "/shardlimiter.v1.RateLimiter/GetRateLimits"
+	RateLimiter_GetRateLimits_FullMethodName    = "/shardlimiter.v1.RateLimiter/GetRateLimits"
+	RateLimiter_StreamRateLimits_FullMethodName = "/shardlimiter.v1.RateLimiter/StreamRateLimits"
 )
 
 // RateLimiterClient is the client API for RateLimiter service.
@@ -30,6 +31,17 @@ const (
 // check out, in the same order.
 type RateLimiterClient interface {
 	GetRateLimits(ctx context.Context, in *GetRateLimitsRequest, opts ...grpc.CallOption) (*GetRateLimitsResponse, error)
+	// StreamRateLimits is GetRateLimits for a caller that sends batch after
+	// batch: each request message is one batch and gets exactly one response
+	// message, in order; the server reads the next batch only after it has
+	// answered the last. A batch that fails as a whole (too many items,
+	// overload) ends the stream with the status GetRateLimits would return,
+	// and nothing of it is decided. A stream the server ends with OK or
+	// CANCELLED (it is shutting down) leaves every batch it did not answer
+	// undecided: the caller sends those again, elsewhere. Keeping one stream
+	// open per in-flight batch saves the per-call stream set-up of unary
+	// calls.
+	StreamRateLimits(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[GetRateLimitsRequest, GetRateLimitsResponse], error)
 }
 
 type rateLimiterClient struct {
@@ -50,6 +62,19 @@ func (c *rateLimiterClient) GetRateLimits(ctx context.Context, in *GetRateLimits
 	return out, nil
 }
 
+func (c *rateLimiterClient) StreamRateLimits(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[GetRateLimitsRequest, GetRateLimitsResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &RateLimiter_ServiceDesc.Streams[0], RateLimiter_StreamRateLimits_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[GetRateLimitsRequest, GetRateLimitsResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type RateLimiter_StreamRateLimitsClient = grpc.BidiStreamingClient[GetRateLimitsRequest, GetRateLimitsResponse]
+
 // RateLimiterServer is the server API for RateLimiter service.
 // All implementations must embed UnimplementedRateLimiterServer
 // for forward compatibility.
@@ -58,6 +83,17 @@ func (c *rateLimiterClient) GetRateLimits(ctx context.Context, in *GetRateLimits
 // check out, in the same order.
 type RateLimiterServer interface {
 	GetRateLimits(context.Context, *GetRateLimitsRequest) (*GetRateLimitsResponse, error)
+	// StreamRateLimits is GetRateLimits for a caller that sends batch after
+	// batch: each request message is one batch and gets exactly one response
+	// message, in order; the server reads the next batch only after it has
+	// answered the last. A batch that fails as a whole (too many items,
+	// overload) ends the stream with the status GetRateLimits would return,
+	// and nothing of it is decided. A stream the server ends with OK or
+	// CANCELLED (it is shutting down) leaves every batch it did not answer
+	// undecided: the caller sends those again, elsewhere. Keeping one stream
+	// open per in-flight batch saves the per-call stream set-up of unary
+	// calls.
+	StreamRateLimits(grpc.BidiStreamingServer[GetRateLimitsRequest, GetRateLimitsResponse]) error
 	mustEmbedUnimplementedRateLimiterServer()
 }
 
@@ -70,6 +106,9 @@ type UnimplementedRateLimiterServer struct{}
 
 func (UnimplementedRateLimiterServer) GetRateLimits(context.Context, *GetRateLimitsRequest) (*GetRateLimitsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetRateLimits not implemented")
+}
+func (UnimplementedRateLimiterServer) StreamRateLimits(grpc.BidiStreamingServer[GetRateLimitsRequest, GetRateLimitsResponse]) error {
+	return status.Error(codes.Unimplemented, "method StreamRateLimits not implemented")
 }
 func (UnimplementedRateLimiterServer) mustEmbedUnimplementedRateLimiterServer() {}
 func (UnimplementedRateLimiterServer) testEmbeddedByValue()                     {}
@@ -110,6 +149,13 @@ func _RateLimiter_GetRateLimits_Handler(srv interface{}, ctx context.Context, de
 	return interceptor(ctx, in, info, handler)
 }
 
+func _RateLimiter_StreamRateLimits_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(RateLimiterServer).StreamRateLimits(&grpc.GenericServerStream[GetRateLimitsRequest, GetRateLimitsResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type RateLimiter_StreamRateLimitsServer = grpc.BidiStreamingServer[GetRateLimitsRequest, GetRateLimitsResponse]
+
 // RateLimiter_ServiceDesc is the grpc.ServiceDesc for RateLimiter service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -122,12 +168,20 @@ var RateLimiter_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _RateLimiter_GetRateLimits_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "StreamRateLimits",
+			Handler:       _RateLimiter_StreamRateLimits_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
+		},
+	},
 	Metadata: "shardlimiter/v1/shardlimiter.proto",
 }
 
 const (
-	Peers_ForwardRateLimits_FullMethodName = "/shardlimiter.v1.Peers/ForwardRateLimits"
+	Peers_ForwardRateLimits_FullMethodName       = "/shardlimiter.v1.Peers/ForwardRateLimits"
+	Peers_StreamForwardRateLimits_FullMethodName = "/shardlimiter.v1.Peers/StreamForwardRateLimits"
 )
 
 // PeersClient is the client API for Peers service.
@@ -138,6 +192,9 @@ const (
 // own to their owner; the owner decides locally and never forwards again.
 type PeersClient interface {
 	ForwardRateLimits(ctx context.Context, in *ForwardRateLimitsRequest, opts ...grpc.CallOption) (*ForwardRateLimitsResponse, error)
+	// StreamForwardRateLimits is ForwardRateLimits on a long-lived stream,
+	// with the rules of RateLimiter.StreamRateLimits.
+	StreamForwardRateLimits(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ForwardRateLimitsRequest, ForwardRateLimitsResponse], error)
 }
 
 type peersClient struct {
@@ -158,6 +215,19 @@ func (c *peersClient) ForwardRateLimits(ctx context.Context, in *ForwardRateLimi
 	return out, nil
 }
 
+func (c *peersClient) StreamForwardRateLimits(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ForwardRateLimitsRequest, ForwardRateLimitsResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Peers_ServiceDesc.Streams[0], Peers_StreamForwardRateLimits_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[ForwardRateLimitsRequest, ForwardRateLimitsResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Peers_StreamForwardRateLimitsClient = grpc.BidiStreamingClient[ForwardRateLimitsRequest, ForwardRateLimitsResponse]
+
 // PeersServer is the server API for Peers service.
 // All implementations must embed UnimplementedPeersServer
 // for forward compatibility.
@@ -166,6 +236,9 @@ func (c *peersClient) ForwardRateLimits(ctx context.Context, in *ForwardRateLimi
 // own to their owner; the owner decides locally and never forwards again.
 type PeersServer interface {
 	ForwardRateLimits(context.Context, *ForwardRateLimitsRequest) (*ForwardRateLimitsResponse, error)
+	// StreamForwardRateLimits is ForwardRateLimits on a long-lived stream,
+	// with the rules of RateLimiter.StreamRateLimits.
+	StreamForwardRateLimits(grpc.BidiStreamingServer[ForwardRateLimitsRequest, ForwardRateLimitsResponse]) error
 	mustEmbedUnimplementedPeersServer()
 }
 
@@ -178,6 +251,9 @@ type UnimplementedPeersServer struct{}
 
 func (UnimplementedPeersServer) ForwardRateLimits(context.Context, *ForwardRateLimitsRequest) (*ForwardRateLimitsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ForwardRateLimits not implemented")
+}
+func (UnimplementedPeersServer) StreamForwardRateLimits(grpc.BidiStreamingServer[ForwardRateLimitsRequest, ForwardRateLimitsResponse]) error {
+	return status.Error(codes.Unimplemented, "method StreamForwardRateLimits not implemented")
 }
 func (UnimplementedPeersServer) mustEmbedUnimplementedPeersServer() {}
 func (UnimplementedPeersServer) testEmbeddedByValue()               {}
@@ -218,6 +294,13 @@ func _Peers_ForwardRateLimits_Handler(srv interface{}, ctx context.Context, dec 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Peers_StreamForwardRateLimits_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(PeersServer).StreamForwardRateLimits(&grpc.GenericServerStream[ForwardRateLimitsRequest, ForwardRateLimitsResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Peers_StreamForwardRateLimitsServer = grpc.BidiStreamingServer[ForwardRateLimitsRequest, ForwardRateLimitsResponse]
+
 // Peers_ServiceDesc is the grpc.ServiceDesc for Peers service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -230,6 +313,13 @@ var Peers_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _Peers_ForwardRateLimits_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "StreamForwardRateLimits",
+			Handler:       _Peers_StreamForwardRateLimits_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
+		},
+	},
 	Metadata: "shardlimiter/v1/shardlimiter.proto",
 }

@@ -1,0 +1,316 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/test/bufconn"
+
+	"github.com/shardlimiter/shardlimiter/internal/poll"
+	"github.com/shardlimiter/shardlimiter/limit"
+	"github.com/shardlimiter/shardlimiter/transport/pb"
+)
+
+// rpcCounter counts the unary calls and the streams a server was asked
+// for, by method.
+type rpcCounter struct {
+	mu    sync.Mutex
+	calls map[string]int
+}
+
+func (r *rpcCounter) add(method string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.calls == nil {
+		r.calls = map[string]int{}
+	}
+	r.calls[method]++
+}
+
+func (r *rpcCounter) count(method string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.calls[method]
+}
+
+func (r *rpcCounter) options() []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+			r.add(info.FullMethod)
+			return h(ctx, req)
+		}),
+		grpc.ChainStreamInterceptor(func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+			r.add(info.FullMethod)
+			return h(srv, ss)
+		}),
+	}
+}
+
+func TestPeerClientReusesItsStreams(t *testing.T) {
+	t.Parallel()
+	for _, api := range []bool{false, true} {
+		t.Run(fmt.Sprint("api=", api), func(t *testing.T) {
+			t.Parallel()
+			var rpcs rpcCounter
+			checker := &fakeChecker{owner: "owner"}
+			_, target, dialer := startGRPC(t, GRPCConfig{Checker: checker, Local: checker, ServerOptions: rpcs.options()})
+			var fwd func(context.Context, []limit.Check) ([]limit.Result, error)
+			streamMethod, unaryMethod := streamForwardMethod, pb.Peers_ForwardRateLimits_FullMethodName
+			if api {
+				bc, err := NewBatchClient(target, PeerConfig{MaxInFlight: 2, DialOptions: []grpc.DialOption{dialer}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = bc.Close() })
+				fwd = bc.GetRateLimits
+				streamMethod, unaryMethod = streamRateLimitsMethod, pb.RateLimiter_GetRateLimits_FullMethodName
+			} else {
+				pc, err := NewPeerClient(target, PeerConfig{MaxInFlight: 2, DialOptions: []grpc.DialOption{dialer}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = pc.Close() })
+				fwd = pc.Forward
+			}
+			ctx := ctxTimeout(t)
+			for i := range 20 {
+				checks := []limit.Check{mkCheck(fmt.Sprint("k", i), 3), mkCheck("over", 11)}
+				results, err := fwd(ctx, checks)
+				if err != nil || len(results) != 2 {
+					t.Fatalf("call %d = %v, %v", i, results, err)
+				}
+				for j, c := range checks {
+					if want := fakeDecide(c, "owner"); !sameAnswer(results[j], want) {
+						t.Fatalf("call %d item %d = %+v, want %+v", i, j, results[j], want)
+					}
+				}
+			}
+			if n := rpcs.count(streamMethod); n != 1 {
+				t.Errorf("streams opened for 20 sequential calls = %d, want 1", n)
+			}
+			if n := rpcs.count(unaryMethod); n != 0 {
+				t.Errorf("unary calls = %d, want 0", n)
+			}
+			if n := len(checker.got()); n != 20 {
+				t.Errorf("batches decided = %d, want 20", n)
+			}
+		})
+	}
+}
+
+// sameAnswer compares two results but for ResetAt, which the wire rounds
+// to the millisecond.
+func sameAnswer(a, b limit.Result) bool {
+	a.ResetAt, b.ResetAt = 0, 0
+	return a == b
+}
+
+// startUnaryOnly serves Peers with its unary method only, as a node of a
+// version without the stream method, over bufconn.
+func startUnaryOnly(t testing.TB, local Checker) (string, grpc.DialOption) {
+	t.Helper()
+	lis := bufconn.Listen(1 << 20)
+	srv := grpc.NewServer(grpc.ForceServerCodecV2(theCodec))
+	desc := checksServiceDesc(&pb.Peers_ServiceDesc, newStreamSet())
+	desc.Streams = nil
+	srv.RegisterService(desc, &peersServer{h: newBatchHandler(local, 0, nil, nil, listenerPeer)})
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+	return "passthrough:///bufnet", grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) {
+		return lis.DialContext(ctx)
+	})
+}
+
+func TestPeerClientFallsBackToUnary(t *testing.T) {
+	t.Parallel()
+	checker := &fakeChecker{owner: "old"}
+	target, dialer := startUnaryOnly(t, checker)
+	c, err := NewPeerClient(target, PeerConfig{DialOptions: []grpc.DialOption{dialer}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	ctx := ctxTimeout(t)
+	for i := range 3 {
+		check := mkCheck(fmt.Sprint("k", i), 2)
+		results, err := c.Forward(ctx, []limit.Check{check})
+		if err != nil || len(results) != 1 || !sameAnswer(results[0], fakeDecide(check, "old")) {
+			t.Fatalf("Forward %d to a node without the stream method = %+v, %v", i, results, err)
+		}
+	}
+	if !c.streams.unaryOnly.Load() {
+		t.Error("the client still tries streams after Unimplemented")
+	}
+	if n := len(checker.got()); n != 3 {
+		t.Errorf("batches decided = %d, want 3 (each exactly once)", n)
+	}
+}
+
+// TestStreamGracefulStop: a stream busy with a batch answers it; an idle
+// stream does not hold GracefulStop; nothing sent afterwards is decided.
+func TestStreamGracefulStop(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var decided []string
+	entered, release := make(chan string, 4), make(chan struct{})
+	local := CheckerFunc(func(_ context.Context, checks []limit.Check) ([]limit.Result, error) {
+		mu.Lock()
+		decided = append(decided, checks[0].Key)
+		mu.Unlock()
+		if checks[0].Key == "held" {
+			entered <- checks[0].Key
+			<-release
+		}
+		results := make([]limit.Result, len(checks))
+		for i, c := range checks {
+			results[i] = fakeDecide(c, "owner")
+		}
+		return results, nil
+	})
+	srv, target, dialer := startGRPC(t, GRPCConfig{Local: local})
+	conn := dialConn(t, target, dialer)
+	ctx := ctxTimeout(t)
+
+	// An idle stream: one batch answered, then nothing.
+	idle, err := pb.NewPeersClient(conn).StreamForwardRateLimits(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	send := func(s pb.Peers_StreamForwardRateLimitsClient, key string) error {
+		return s.Send(&pb.ForwardRateLimitsRequest{Requests: []*pb.RateLimitRequest{wireReq(key, 1, nil)}})
+	}
+	if err := send(idle, "first"); err != nil {
+		t.Fatal(err)
+	}
+	if resp, err := idle.Recv(); err != nil || len(resp.Responses) != 1 {
+		t.Fatalf("first answer = %v, %v", resp, err)
+	}
+	// A busy stream: its batch is held in the checker.
+	busy, err := pb.NewPeersClient(conn).StreamForwardRateLimits(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := send(busy, "held"); err != nil {
+		t.Fatal(err)
+	}
+	<-entered
+
+	stopped := make(chan struct{})
+	go func() { srv.GracefulStop(); close(stopped) }()
+	// The idle stream ends, canceled by the server, without an answer.
+	if resp, err := idle.Recv(); status.Code(err) != codes.Canceled {
+		t.Errorf("idle stream after GracefulStop: Recv = %v, %v, want Canceled", resp, err)
+	}
+	select {
+	case <-stopped:
+		t.Fatal("GracefulStop returned while a batch was being decided")
+	default:
+	}
+	close(release)
+	resp, err := busy.Recv()
+	if err != nil || len(resp.Responses) != 1 || resp.Owner != "owner" {
+		t.Fatalf("held batch during GracefulStop = %v, %v, want its answer", resp, err)
+	}
+	// The batch after it is not read, or read and not decided; the stream
+	// ends with OK.
+	_ = send(busy, "late")
+	if resp, err := busy.Recv(); !errors.Is(err, io.EOF) {
+		t.Errorf("after the held batch: Recv = %v, %v, want io.EOF", resp, err)
+	}
+	select {
+	case <-stopped:
+	case <-time.After(10 * time.Second):
+		t.Fatal("GracefulStop did not return once the streams were answered")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if fmt.Sprint(decided) != "[first held]" {
+		t.Errorf("decided %v, want [first held]", decided)
+	}
+}
+
+// TestPeerClientAcrossAStop: a PeerClient whose stream the node ends while
+// stopping sends the next batch as a unary call, which a stopped node
+// refuses: the batch fails as Unavailable, decided nowhere.
+func TestPeerClientAcrossAStop(t *testing.T) {
+	t.Parallel()
+	checker := &fakeChecker{owner: "owner"}
+	srv, target, dialer := startGRPC(t, GRPCConfig{Local: checker})
+	c, err := NewPeerClient(target, PeerConfig{MaxInFlight: 1, DialOptions: []grpc.DialOption{dialer}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	ctx := ctxTimeout(t)
+	if _, err := c.Forward(ctx, []limit.Check{mkCheck("a", 1)}); err != nil {
+		t.Fatal(err)
+	}
+	srv.GracefulStop()
+	res, err := c.Forward(ctx, []limit.Check{mkCheck("b", 1)})
+	if !errors.Is(err, ErrUnavailable) || len(res) != 1 || res[0].Reason != limit.Unavailable {
+		t.Errorf("Forward after the node stopped = %+v, %v, want ErrUnavailable", res, err)
+	}
+	if n := len(checker.got()); n != 1 {
+		t.Errorf("batches decided = %d, want 1", n)
+	}
+}
+
+// TestStreamShed: a batch over the in-flight bound ends its stream with
+// ResourceExhausted and a retry delay, as the unary call is refused; the
+// next batch opens another stream and is served.
+func TestStreamShed(t *testing.T) {
+	t.Parallel()
+	bound := NewInFlight(4)
+	checker := &fakeChecker{owner: "owner"}
+	_, target, dialer := startGRPC(t, GRPCConfig{Local: checker, InFlight: bound})
+	c, err := NewPeerClient(target, PeerConfig{MaxInFlight: 1, DialOptions: []grpc.DialOption{dialer}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	ctx := ctxTimeout(t)
+	if _, err := c.Forward(ctx, []limit.Check{mkCheck("a", 1)}); err != nil {
+		t.Fatal(err)
+	}
+	if !bound.TryAcquire(2) { // the stream is open: its next batch of 3 does not fit
+		t.Fatal("TryAcquire(2) on an idle bound of 4 failed")
+	}
+	checks := []limit.Check{mkCheck("b", 1), mkCheck("c", 1), mkCheck("d", 1)}
+	if _, err := c.Forward(ctx, checks); !errors.Is(err, ErrOverloaded) {
+		t.Errorf("Forward over the bound = %v, want ErrOverloaded", err)
+	}
+	bound.Release(2)
+	poll.Until(t, 10*time.Second, func() bool {
+		res, err := c.Forward(ctx, checks)
+		return err == nil && len(res) == 3
+	}, "%s", "served again once the bound has room")
+	if n := len(checker.got()); n != 2 {
+		t.Errorf("batches decided = %d, want 2", n)
+	}
+}
+
+func TestStreamErrorStatus(t *testing.T) {
+	t.Parallel()
+	_, target, dialer := startGRPC(t, GRPCConfig{Local: &fakeChecker{}, MaxBatch: 2})
+	conn := dialConn(t, target, dialer)
+	s, err := pb.NewPeersClient(conn).StreamForwardRateLimits(ctxTimeout(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reqs := []*pb.RateLimitRequest{wireReq("a", 1, nil), wireReq("b", 1, nil), wireReq("c", 1, nil)}
+	if err := s.Send(&pb.ForwardRateLimitsRequest{Requests: reqs}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Recv(); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("a batch over MaxBatch on a stream: Recv = %v, want InvalidArgument", err)
+	}
+}
