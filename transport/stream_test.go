@@ -12,6 +12,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/test/bufconn"
 
@@ -312,5 +313,50 @@ func TestStreamErrorStatus(t *testing.T) {
 	}
 	if _, err := s.Recv(); status.Code(err) != codes.InvalidArgument {
 		t.Errorf("a batch over MaxBatch on a stream: Recv = %v, want InvalidArgument", err)
+	}
+}
+
+// TestPeerClientAfterNodeRestart: a stream whose connection died while it
+// was idle does not fail the next batch: the batch was never sent, and
+// goes to the restarted node.
+func TestPeerClientAfterNodeRestart(t *testing.T) {
+	t.Parallel()
+	serve := func(addr string, checker Checker) *GRPCServer {
+		t.Helper()
+		lis, err := net.Listen("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := NewGRPCServer(GRPCConfig{Local: checker})
+		go func() { _ = srv.Serve(lis) }()
+		t.Cleanup(srv.Stop)
+		return srv
+	}
+	first, second := &fakeChecker{owner: "first"}, &fakeChecker{owner: "second"}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := lis.Addr().String()
+	_ = lis.Close()
+	srv := serve(addr, first)
+	c, err := NewPeerClient(addr, PeerConfig{MaxInFlight: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	ctx := ctxTimeout(t)
+	if res, err := c.Forward(ctx, []limit.Check{mkCheck("a", 1)}); err != nil || res[0].Owner != "first" {
+		t.Fatalf("Forward = %+v, %v", res, err)
+	}
+	srv.Stop() // the client's stream is idle: its connection dies under it
+	poll.Until(t, 10*time.Second, func() bool { return c.conn.GetState() != connectivity.Ready }, "%s", "the client saw its connection end")
+	serve(addr, second)
+	res, err := c.Forward(ctx, []limit.Check{mkCheck("b", 1)})
+	if err != nil || res[0].Owner != "second" {
+		t.Fatalf("Forward after the node restarted = %+v, %v, want an answer from the new node", res, err)
+	}
+	if n := len(first.got()); n != 1 {
+		t.Errorf("the stopped node decided %d batches, want 1", n)
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
@@ -62,8 +63,16 @@ func (c *PeerClient) streamMethod() (*grpc.StreamDesc, string) {
 
 // takeStream returns an idle stream, or a new one (not yet open: its
 // opening is part of the first exchange, under the same timer).
+//
+// Idle streams are dropped when the connection is not ready: they belonged
+// to a connection that has gone (the node restarted, say), and a batch
+// sent on one would fail without reaching anybody.
 func (c *PeerClient) takeStream() *clientStream {
 	p := &c.streams
+	if c.conn.GetState() != connectivity.Ready {
+		c.closeStreams()
+		return &clientStream{}
+	}
 	p.mu.Lock()
 	if n := len(p.idle); n > 0 {
 		st := p.idle[n-1]
@@ -118,9 +127,11 @@ func (c *PeerClient) exchange(parent context.Context, b *batch) error {
 	if parent != c.closing && parent.Done() != nil {
 		stop = context.AfterFunc(parent, st.cancel)
 	}
-	err := st.cs.SendMsg(&b.req)
+	sendErr := st.cs.SendMsg(&b.req)
+	err := sendErr
 	if err == nil || errors.Is(err, io.EOF) {
-		// io.EOF: the stream has ended; RecvMsg gives its status.
+		// io.EOF: the stream had ended, the batch was not sent; RecvMsg
+		// gives the stream's status.
 		err = st.cs.RecvMsg(&b.reply)
 	}
 	ended := !stop() // parent ended: the stream is canceled
@@ -139,11 +150,22 @@ func (c *PeerClient) exchange(parent context.Context, b *batch) error {
 		c.streams.unaryOnly.Store(true)
 		return errFallback
 	}
-	if errors.Is(err, io.EOF) || (status.Code(err) == codes.Canceled && !ended && !timedOut && c.closing.Err() == nil) {
-		// Ended by the server before answering, with OK or, when it was
-		// idle, Canceled (the server cancels only idle streams, and
-		// grpc reports the canceled read itself): not decided.
-		return errFallback
+	if errors.Is(err, io.EOF) {
+		return errFallback // the server ended the stream with OK before reading the batch
+	}
+	if !ended && !timedOut && c.closing.Err() == nil {
+		switch status.Code(err) {
+		case codes.Canceled:
+			// The server cancels only idle streams (grpc reports the
+			// canceled read itself): the batch was not read.
+			return errFallback
+		case codes.Unavailable:
+			if st.used && errors.Is(sendErr, io.EOF) {
+				// The connection died while the stream was idle (the
+				// node restarted, say): the batch was never sent.
+				return errFallback
+			}
+		}
 	}
 	return streamErr(err, timedOut)
 }
@@ -157,7 +179,7 @@ func streamErr(err error, timedOut bool) error {
 	return err
 }
 
-// closeStreams ends the idle streams (Close: the busy ones end with
+// closeStreams ends the idle streams (at Close, the busy ones end with
 // closing).
 func (c *PeerClient) closeStreams() {
 	p := &c.streams
