@@ -239,6 +239,21 @@ func TestStreamGracefulStop(t *testing.T) {
 	}
 }
 
+// streamingClient returns a PeerClient of one slot whose stream is open and
+// idle: it has answered one batch.
+func streamingClient(t testing.TB, target string, dialer grpc.DialOption) *PeerClient {
+	t.Helper()
+	c, err := NewPeerClient(target, PeerConfig{MaxInFlight: 1, DialOptions: []grpc.DialOption{dialer}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	if _, err := c.Forward(ctxTimeout(t), []limit.Check{mkCheck("a", 1)}); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
 // TestPeerClientAcrossAStop: a PeerClient whose stream the node ends while
 // stopping sends the next batch as a unary call, which a stopped node
 // refuses: the batch fails as Unavailable, decided nowhere.
@@ -246,15 +261,8 @@ func TestPeerClientAcrossAStop(t *testing.T) {
 	t.Parallel()
 	checker := &fakeChecker{owner: "owner"}
 	srv, target, dialer := startGRPC(t, GRPCConfig{Local: checker})
-	c, err := NewPeerClient(target, PeerConfig{MaxInFlight: 1, DialOptions: []grpc.DialOption{dialer}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
+	c := streamingClient(t, target, dialer)
 	ctx := ctxTimeout(t)
-	if _, err := c.Forward(ctx, []limit.Check{mkCheck("a", 1)}); err != nil {
-		t.Fatal(err)
-	}
 	srv.GracefulStop()
 	res, err := c.Forward(ctx, []limit.Check{mkCheck("b", 1)})
 	if !errors.Is(err, ErrUnavailable) || len(res) != 1 || res[0].Reason != limit.Unavailable {
@@ -273,15 +281,8 @@ func TestStreamShed(t *testing.T) {
 	bound := NewInFlight(4)
 	checker := &fakeChecker{owner: "owner"}
 	_, target, dialer := startGRPC(t, GRPCConfig{Local: checker, InFlight: bound})
-	c, err := NewPeerClient(target, PeerConfig{MaxInFlight: 1, DialOptions: []grpc.DialOption{dialer}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
+	c := streamingClient(t, target, dialer)
 	ctx := ctxTimeout(t)
-	if _, err := c.Forward(ctx, []limit.Check{mkCheck("a", 1)}); err != nil {
-		t.Fatal(err)
-	}
 	if !bound.TryAcquire(2) { // the stream is open: its next batch of 3 does not fit
 		t.Fatal("TryAcquire(2) on an idle bound of 4 failed")
 	}
