@@ -163,10 +163,10 @@ func streamWorkers() int { return 2 * runtime.GOMAXPROCS(0) }
 
 // serverTap is the server's tap. A stream method's context is made
 // cancelable (withStreamCancel). With a bound b, a call of the bounded
-// services is refused at its headers while b is full: no call of one check or more could be admitted, and refusing
-// before the message arrives spares its transfer and decoding — under a
-// flood that is most of the cost of a refusal, as the messages of many
-// calls share one connection. A call that arrives while there is room is
+// services is refused at its headers while b is full: no call of one check
+// or more could be admitted, and refusing before the message arrives
+// spares its transfer and decoding — under a flood that is most of the
+// cost of a refusal, as the messages of many calls share one connection. A call that arrives while there is room is
 // admitted or refused on its item count once its message is in (see
 // checkBatch.decode). A stream is refused at its opening only: each batch
 // it carries is admitted on its item count as a unary call's. The tap

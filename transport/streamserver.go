@@ -20,7 +20,9 @@ import (
 // the next: one batch at a time per stream, answers in order, no ids. A
 // client wanting several batches in flight opens several streams (a
 // PeerClient keeps one per RPC slot). A batch that fails as a whole ends the
-// stream with the unary call's status: nothing of it was decided.
+// stream with the unary call's status: nothing of it was decided. Each
+// batch is counted in the metrics as a call of the unary method, so that
+// the figures do not depend on how a client sends.
 //
 // Shutdown (GRPCServer.GracefulStop) must neither hang on streams that sit
 // idle between batches nor lose a batch already read. Every stream's
