@@ -34,7 +34,10 @@
 // latency; while all are busy, the checks of the calls arriving meanwhile
 // wait and leave together in the next RPC, up to Config.MaxBatch checks.
 // Under load many Check calls of one check each become few RPCs of many
-// checks, which is what a node answers most cheaply.
+// checks, which is what a node answers most cheaply. Each RPC slot keeps a
+// stream open to its node (RateLimiter.StreamRateLimits), so that an RPC
+// is one message each way with no call set-up; a node without the stream
+// method gets unary GetRateLimits calls.
 //
 // # Concurrency and lifecycle
 //
