@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -51,7 +52,7 @@ func (n *Node) Check(ctx context.Context, checks []limit.Check) ([]limit.Result,
 		}
 		o := v.snap.OwnerIndex(c.Key)
 		if marked {
-			if self, to := n.markedRoute(v, c.Key); self {
+			if self, to, _ := n.markedRoute(v, c.Key); self {
 				n.decideRun(kb, checks[i:end], res[i:end], now)
 				continue
 			} else if to.Name != "" {
@@ -133,25 +134,50 @@ func (n *Node) forwardAll(ctx context.Context, groups []group, checks []limit.Ch
 
 // markedRoute routes a key while partitions are marked (see handoff.go):
 // self when this node decides it (received, or incoming), to when it has
-// been moved there, neither when the ring decides.
-func (n *Node) markedRoute(v *view, key string) (self bool, to ring.Member) {
+// been moved there, with pushed, closed once our push of it was answered;
+// neither when the ring decides.
+func (n *Node) markedRoute(v *view, key string) (self bool, to ring.Member, pushed chan struct{}) {
 	p := v.snap.PartitionOf(key)
 	switch n.ho.kind(p) {
 	case partReceived:
-		return true, ring.Member{}
+		return true, ring.Member{}, nil
 	case partIncoming: // the caller gave up waiting (ctx), or it is not ours any more
-		return v.snap.PartitionOwner(p) == v.self, ring.Member{}
+		return v.snap.PartitionOwner(p) == v.self, ring.Member{}, nil
 	case partMoved:
-		if m, _, ok := n.ho.target(p); ok {
+		if m, pushed, ok := n.ho.target(p); ok {
 			if peerAddr(m) == "" {
 				m = n.member(m.Name)
 			}
 			if peerAddr(m) != "" {
-				return false, m
+				return false, m, pushed
 			}
 		}
 	}
-	return false, ring.Member{}
+	return false, ring.Member{}, nil
+}
+
+// awaitPushes waits, up to handoffWait, until the pushes in pushed have
+// been answered. CheckLocal does so before naming the new owner of a
+// partition it moved: named before the state has landed there, the new
+// owner, whose ring may still say this node, would name this node back,
+// and the sender, bounced between the two until it gives up, would decide
+// the check by its fail policy from the state it holds (a hit lost at the
+// next merge: seen as over-admission across rolling restarts).
+func (n *Node) awaitPushes(ctx context.Context, pushed []chan struct{}) {
+	if len(pushed) == 0 {
+		return
+	}
+	t := time.NewTimer(handoffWait)
+	defer t.Stop()
+	for _, ch := range pushed {
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			return // the sender's redirect copes, as before
+		}
+	}
 }
 
 // lockDeciding takes deciding for reading, first waiting for the state of
@@ -234,10 +260,10 @@ func (n *Node) CheckLocal(ctx context.Context, checks []limit.Check) ([]limit.Re
 	} else {
 		n.lockDeciding(ctx, checks)
 	}
-	defer n.ho.deciding.RUnlock()
 	now := n.cfg.Now().UnixNano()
 	v := n.view.Load()
 	marked := n.ho.busy()
+	var waits []chan struct{} // pushes of the partitions this batch is sent after
 	for i, end := 0, 0; i < len(checks); i = end {
 		c := &checks[i]
 		if end = validRun(checks, i, res); end < 0 {
@@ -252,11 +278,14 @@ func (n *Node) CheckLocal(ctx context.Context, checks []limit.Check) ([]limit.Re
 		o := v.snap.OwnerIndex(c.Key)
 		owner := ""
 		if marked {
-			if self, to := n.markedRoute(v, c.Key); self {
+			if self, to, pushed := n.markedRoute(v, c.Key); self {
 				n.decideRun(kb, checks[i:end], res[i:end], now)
 				continue
 			} else if to.Name != "" {
 				owner = to.Name
+				if pushed != nil && !slices.Contains(waits, pushed) {
+					waits = append(waits, pushed)
+				}
 			}
 		}
 		if owner == "" && o == v.self {
@@ -271,6 +300,8 @@ func (n *Node) CheckLocal(ctx context.Context, checks []limit.Check) ([]limit.Re
 			res[j] = notOwner(owner)
 		}
 	}
+	n.ho.deciding.RUnlock()
+	n.awaitPushes(ctx, waits) // not under deciding: a rebuild must not wait for a push
 	return res, nil
 }
 
@@ -380,12 +411,51 @@ func (n *Node) forward(ctx context.Context, owner ring.Member, checks []limit.Ch
 		}
 		return
 	}
+	if errors.Is(err, transport.ErrClosed) && hops < maxRedirects {
+		// The owner's client was closed under the forward: a rebuild
+		// dropped the owner from the ring (or its address changed). The
+		// owner is not down, it has left: route again on the ring as it is
+		// now, not to a stand-in or the fail policy, which would decide
+		// from a replica and lose what the owner handed over.
+		n.reroute(ctx, checks, failed, res, hops+1)
+		return
+	}
 	n.log.Debug("forward failed", "owner", owner.Name, "checks", len(failed), "standin", standin, "err", err)
 	if !standin && n.cfg.ReplicationInterval > 0 {
 		n.standIn(ctx, owner, checks, failed, res, hops)
 		return
 	}
 	n.fallback(ctx, owner, checks, failed, res, err)
+}
+
+// reroute routes items idx again on the current ring and handoff marks,
+// as Check routes them: those this node decides are decided here (after
+// their state, when it is on its way), the others forwarded.
+func (n *Node) reroute(ctx context.Context, checks []limit.Check, idx []int, res []limit.Result, hops int) {
+	v := n.view.Load()
+	var here []int
+	var to []routed
+	for _, i := range idx {
+		key := checks[i].Key
+		if n.ho.busy() {
+			if self, m, _ := n.markedRoute(v, key); self {
+				here = append(here, i)
+				continue
+			} else if m.Name != "" {
+				to = append(to, routed{m, i})
+				continue
+			}
+		}
+		if m := v.snap.Owner(key); m.Name != n.cfg.Name {
+			to = append(to, routed{m, i})
+		} else {
+			here = append(here, i)
+		}
+	}
+	if len(here) > 0 {
+		n.decideHere(ctx, checks, here, res)
+	}
+	n.forwardAll(ctx, appendRouted(nil, to), checks, res, false, hops)
 }
 
 // redirect follows "not owner" answers from prev: each item goes to the
