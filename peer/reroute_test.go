@@ -1,0 +1,49 @@
+package peer
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/shardlimiter/shardlimiter/limit"
+	"github.com/shardlimiter/shardlimiter/ring"
+	"github.com/shardlimiter/shardlimiter/transport"
+)
+
+// TestForwardToAClosedClientIsRoutedAgain: a forward whose owner's client
+// was closed under it (a rebuild dropped the owner, which left and handed
+// its keys over) goes to the owner of the ring as it is now, which holds
+// the handed-over count, not to the fail policy.
+func TestForwardToAClosedClientIsRoutedAgain(t *testing.T) {
+	t.Parallel()
+	c := newTestCluster(t, 3, Config{})
+	nodes := c.running()
+	entry, leaving := nodes[0], nodes[2]
+	key := keyOwnedBy(t, entry, leaving.name)
+	check := limit.Check{Name: "r", Key: key, Hits: 1, Rule: rule(limit.FixedWindow, 10, time.Hour)}
+	for range 3 {
+		if res := c.check(entry, check); res[0].Owner != leaving.name || !res[0].Allowed {
+			t.Fatalf("before the leave: %+v, want admitted by %s", res[0], leaving.name)
+		}
+	}
+	gone := ring.Member{Name: leaving.name, Addr: leaving.addr}
+	c.leave(leaving) // hands the key over; the entry's rebuild closes the client
+	c.waitConverged()
+
+	// The forward that was under way when the client closed.
+	pc, err := transport.NewPeerClient(leaving.addr, transport.PeerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc.Close()
+	entry.node.peers.mu.Lock()
+	entry.node.peers.clients[gone.Name] = &peerClient{addr: peerAddr(gone), c: pc, down: newSuspension(time.Second)}
+	entry.node.peers.mu.Unlock()
+	res := make([]limit.Result, 1)
+	entry.node.forward(context.Background(), gone, []limit.Check{check}, []int{0}, res, false, 0)
+
+	want := entry.node.view.Load().snap.Owner(key).Name
+	if res[0].Error != "" || res[0].Owner != want || res[0].Remaining != 6 {
+		t.Errorf("forward on a closed client = %+v, want decided by %s, the new owner, with 6 left", res[0], want)
+	}
+}
