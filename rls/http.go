@@ -2,7 +2,8 @@ package rls
 
 import (
 	"encoding/json"
-	"io"
+	"errors"
+	"fmt"
 	"net/http"
 
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -18,10 +19,12 @@ const maxJSONBody = 1 << 20
 // JSONHandler serves POST /json as envoyproxy/ratelimit does, for testing
 // from curl: a RateLimitRequest in proto3 JSON in, the RateLimitResponse
 // out, with status 200 when overall_code is OK and 429 when it is
-// OVER_LIMIT. A body that does not decode is 400; a call that fails is
-// answered as the native HTTP API answers it (transport.WriteHTTPError):
-// the HTTP status of its gRPC code and {"error": …}, and 429 with
-// Retry-After when the node sheds it.
+// OVER_LIMIT. A body over 1 MiB is 413; one that does not fit under
+// Config.BodyBytes is 429 with Retry-After, as the native HTTP API answers
+// it, and its connection is closed; one that cannot be read or does not
+// decode is 400. A call that fails is answered as the native HTTP API
+// answers it (transport.WriteHTTPError): the HTTP status of its gRPC code
+// and {"error": …}, and 429 with Retry-After when the node sheds it.
 func (s *Service) JSONHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost {
@@ -29,9 +32,9 @@ func (s *Service) JSONHandler() http.Handler {
 			writeError(w, http.StatusMethodNotAllowed, "use POST")
 			return
 		}
-		body, err := io.ReadAll(io.LimitReader(r.Body, maxJSONBody+1))
-		if err != nil || len(body) > maxJSONBody {
-			writeError(w, http.StatusBadRequest, "body unreadable or over 1 MiB")
+		body, release, ok := s.readBody(w, r)
+		defer release() // the body counts against the bound until answered, as the native API's
+		if !ok {
 			return
 		}
 		var req rlspb.RateLimitRequest
@@ -57,6 +60,24 @@ func (s *Service) JSONHandler() http.Handler {
 		w.WriteHeader(code)
 		w.Write(out)
 	})
+}
+
+// readBody reads the body of POST /json under the node's body-bytes bound
+// (transport.ReadBody), or answers why not and reports false. release
+// gives the bytes back to the bound.
+func (s *Service) readBody(w http.ResponseWriter, r *http.Request) (body []byte, release func(), ok bool) {
+	body, release, err := transport.ReadBody(w, r, transport.BodyLimit{
+		Budget: s.cfg.BodyBytes, Max: maxJSONBody, Metrics: s.cfg.Telemetry})
+	var tooLarge *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooLarge):
+		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body exceeds the limit of %d bytes", tooLarge.Limit))
+	case errors.Is(err, transport.ErrOverloaded):
+		transport.WriteHTTPError(w, err) // 429 with Retry-After, counted by ReadBody
+	case err != nil:
+		writeError(w, http.StatusBadRequest, err.Error())
+	}
+	return body, release, err == nil
 }
 
 // ConfigHandler serves GET /v1/config: the loaded rules and their version

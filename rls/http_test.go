@@ -42,3 +42,51 @@ func TestJSONHandler(t *testing.T) {
 		}
 	}
 }
+
+// TestJSONHandlerBodyBounds: a body over 1 MiB is 413, whether its length
+// is declared or not; a body that does not fit the node's body-bytes bound
+// is 429 with Retry-After and the connection closed. Neither reaches the
+// checker, and the bound is whole again afterwards.
+func TestJSONHandlerBodyBounds(t *testing.T) {
+	t.Parallel()
+	const body = `{"domain":"d","descriptors":[{"entries":[{"key":"k","value":"a"}]}]}`
+	huge := `{"domain":"d","descriptors":[],"x":"` + strings.Repeat("a", maxJSONBody) + `"}`
+	const bound = 4 * maxJSONBody // room for a body over the limit to be read up to it
+	for _, tc := range []struct {
+		name       string
+		body       string
+		length     int64 // Content-Length; -1: unknown (chunked)
+		taken      int64 // of the bound, held by other requests
+		code       int
+		retryAfter string
+		connection string
+	}{
+		{"fits", body, int64(len(body)), 0, http.StatusOK, "", ""},
+		{"over 1 MiB", huge, int64(len(huge)), 0, http.StatusRequestEntityTooLarge, "", ""},
+		{"over 1 MiB, chunked", huge, -1, 0, http.StatusRequestEntityTooLarge, "", ""},
+		{"bound full", body, int64(len(body)), bound, http.StatusTooManyRequests, "1", "close"},
+		{"bound full, chunked", body, -1, bound, http.StatusTooManyRequests, "1", "close"},
+	} {
+		budget := transport.NewInFlight(bound)
+		if tc.taken > 0 && !budget.TryAcquire(tc.taken) {
+			t.Fatalf("%s: TryAcquire(%d) on an idle bound failed", tc.name, tc.taken)
+		}
+		checker := &fakeChecker{}
+		s := newTestService(t, checker, false)
+		s.cfg.BodyBytes, s.cfg.Telemetry = budget, transport.NewMetrics(nil)
+		req := httptest.NewRequest(http.MethodPost, "/json", strings.NewReader(tc.body))
+		req.ContentLength = tc.length
+		w := httptest.NewRecorder()
+		s.JSONHandler().ServeHTTP(w, req)
+		if w.Code != tc.code || w.Header().Get("Retry-After") != tc.retryAfter || w.Header().Get("Connection") != tc.connection {
+			t.Errorf("%s: POST /json = %d (Retry-After %q, Connection %q) %.200s, want %d (%q, %q)", tc.name,
+				w.Code, w.Header().Get("Retry-After"), w.Header().Get("Connection"), w.Body, tc.code, tc.retryAfter, tc.connection)
+		}
+		if calls := len(checker.calls); (calls > 0) != (tc.code == http.StatusOK) {
+			t.Errorf("%s: the checker got %d calls, want some only when answered 200", tc.name, calls)
+		}
+		if got := budget.InUse(); got != tc.taken {
+			t.Errorf("%s: InUse() = %d after the call, want %d (the other requests' only)", tc.name, got, tc.taken)
+		}
+	}
+}

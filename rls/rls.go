@@ -55,6 +55,14 @@ type Config struct {
 	// JSONChecker decides the checks of POST /json (so that its refusals
 	// are counted for the HTTP listener); nil means Checker.
 	JSONChecker transport.Checker
+	// BodyBytes bounds the request-body bytes being read at once on the
+	// node: the HTTP API's bound (transport.HTTPConfig.BodyBytes), which
+	// POST /json bodies share. A body that does not fit is answered 429
+	// with Retry-After before any check. Nil means no bound.
+	BodyBytes *transport.InFlight
+	// Telemetry counts the POST /json bodies refused for BodyBytes, as
+	// the HTTP listener's sheds; nil counts nothing.
+	Telemetry *transport.Metrics
 	// Rules holds the loaded rules. Nil, or a store holding no set, matches
 	// nothing: every descriptor answers OK.
 	Rules *rules.Store

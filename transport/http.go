@@ -192,27 +192,16 @@ func (h *httpHandler) getRateLimits(w http.ResponseWriter, r *http.Request) {
 // the response. It returns the status written and the batch size (-1 when
 // the batch was not decoded).
 func (h *httpHandler) serveBatch(w http.ResponseWriter, r *http.Request, buf *bytes.Buffer) (int, int) {
-	if r.ContentLength > h.cfg.MaxBodyBytes {
-		return h.tooLarge(w)
-	}
-	body := bodyReservation{budget: h.cfg.BodyBytes, r: http.MaxBytesReader(w, r.Body, h.cfg.MaxBodyBytes)}
-	defer body.release()
-	if !body.reserve(r.ContentLength) {
-		h.batch.metrics.shed(listenerHTTP, shedBodyBytes)
-		w.Header().Set("Connection", "close") // the body stays unread
-		return writeOverloaded(w, "transport: too many request bytes being read on this node"), -1
-	}
-	_, err := buf.ReadFrom(&body)
+	release, err := readBody(w, r, BodyLimit{Budget: h.cfg.BodyBytes, Max: h.cfg.MaxBodyBytes, Metrics: h.batch.metrics}, buf)
+	defer release()
 	var mbe *http.MaxBytesError
 	switch {
 	case errors.As(err, &mbe):
 		return h.tooLarge(w)
-	case errors.Is(err, errBodyBytes):
-		h.batch.metrics.shed(listenerHTTP, shedBodyBytes)
-		w.Header().Set("Connection", "close")
+	case errors.Is(err, ErrOverloaded):
 		return writeOverloaded(w, err.Error()), -1
 	case err != nil:
-		return writeError(w, http.StatusBadRequest, "transport: reading body: "+err.Error()), -1
+		return writeError(w, http.StatusBadRequest, err.Error()), -1
 	}
 	// Refuse an oversized batch before decoding it, so that a body of many
 	// tiny items ({},{},…) cannot cost far more memory than its size.
@@ -325,8 +314,79 @@ func writeOverloaded(w http.ResponseWriter, msg string) int {
 	return writeJSON(w, http.StatusTooManyRequests, overloadBody{Error: msg, RetryAfterMS: ShedRetryDelay.Milliseconds()})
 }
 
-// errBodyBytes ends the reading of a body of unknown length that no
-// longer fits under HTTPConfig.BodyBytes.
+// BodyLimit bounds the reading of one request body by ReadBody.
+type BodyLimit struct {
+	// Budget is the node-wide bound on request-body bytes being read
+	// (HTTPConfig.BodyBytes), shared with POST /v1/GetRateLimits. Nil
+	// means no bound.
+	Budget *InFlight
+	// Max bounds this body, in bytes. Zero means DefaultMaxBodyBytes.
+	Max int64
+	// Metrics counts a refusal for Budget as a shed of the HTTP listener
+	// (resource body_bytes); nil counts nothing.
+	Metrics *Metrics
+}
+
+// ReadBody reads the whole body of r under lim, as POST /v1/GetRateLimits
+// reads its own: the body is reserved in Budget from its Content-Length
+// before it is read (a chunked one as it arrives; see
+// HTTPConfig.BodyBytes). It is for handlers served beside the HTTP API
+// (package rls's POST /json), so that their bodies count against the same
+// bound.
+//
+// release, never nil, gives the reservation back: call it once the body
+// and what was decoded from it are no longer needed. On error nothing is
+// held. The errors, and the answers the HTTP API gives them:
+//
+//	*http.MaxBytesError (errors.As)   over Max: 413
+//	wraps ErrOverloaded               Budget full: 429, as WriteHTTPError
+//	                                  answers it; already counted in
+//	                                  Metrics, and the response is marked
+//	                                  Connection: close, as the rest of the
+//	                                  body stays unread
+//	anything else                     the body could not be read: 400
+func ReadBody(w http.ResponseWriter, r *http.Request, lim BodyLimit) (body []byte, release func(), err error) {
+	if lim.Max <= 0 {
+		lim.Max = DefaultMaxBodyBytes
+	}
+	var buf bytes.Buffer
+	if n := r.ContentLength; n > 0 && n <= lim.Max {
+		buf.Grow(int(n) + bytes.MinRead) // room for the EOF too: no second copy
+	}
+	if release, err = readBody(w, r, lim, &buf); err != nil {
+		return nil, release, err
+	}
+	return buf.Bytes(), release, nil
+}
+
+// readBody is ReadBody into buf, which the HTTP API takes from its pool;
+// lim.Max must be set.
+func readBody(w http.ResponseWriter, r *http.Request, lim BodyLimit, buf *bytes.Buffer) (release func(), err error) {
+	if r.ContentLength > lim.Max {
+		return func() {}, &http.MaxBytesError{Limit: lim.Max}
+	}
+	body := &bodyReservation{budget: lim.Budget, r: http.MaxBytesReader(w, r.Body, lim.Max)}
+	if !body.reserve(r.ContentLength) {
+		err = errBodyBytes
+	} else if _, err = buf.ReadFrom(body); err == nil {
+		return body.release, nil
+	}
+	body.release()
+	var mbe *http.MaxBytesError
+	switch {
+	case errors.As(err, &mbe):
+		return func() {}, err
+	case errors.Is(err, errBodyBytes):
+		lim.Metrics.shed(listenerHTTP, shedBodyBytes)
+		w.Header().Set("Connection", "close") // the rest of the body stays unread
+		return func() {}, err
+	}
+	return func() {}, fmt.Errorf("transport: reading body: %w", err)
+}
+
+// errBodyBytes refuses a body that does not fit under
+// HTTPConfig.BodyBytes: before it is read when its length is declared, as
+// it arrives when not.
 var errBodyBytes = fmt.Errorf("transport: too many request bytes being read on this node: %w", ErrOverloaded)
 
 // bodyReservation reads a request body under the node-wide body-bytes

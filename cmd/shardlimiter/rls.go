@@ -73,8 +73,9 @@ func (r *rlsServer) loadedAt() float64 {
 // newRLS loads the rules (a broken file stops the start) and builds the
 // service on checker, the node, behind bound, the client calls' in-flight
 // bound: a call takes one unit per check, and is refused (shed, counted
-// in tm) when they do not fit, as the native API's calls are.
-func newRLS(cfg rlsConfig, checker transport.Checker, bound *transport.InFlight, tm *transport.Metrics, reg prometheus.Registerer, log *slog.Logger) (*rlsServer, error) {
+// in tm) when they do not fit, as the native API's calls are. The bodies
+// of POST /json count against bodyBytes, the HTTP API's body-bytes bound.
+func newRLS(cfg rlsConfig, checker transport.Checker, bound, bodyBytes *transport.InFlight, tm *transport.Metrics, reg prometheus.Registerer, log *slog.Logger) (*rlsServer, error) {
 	r := &rlsServer{cfg: cfg, log: log, store: rules.NewStore(nil)}
 	if len(cfg.files) > 0 {
 		set, err := rules.Load(cfg.files...)
@@ -94,6 +95,8 @@ func newRLS(cfg rlsConfig, checker transport.Checker, bound *transport.InFlight,
 	r.svc = rls.New(rls.Config{
 		Checker:     transport.BoundChecker(checker, bound, tm, transport.ListenerGRPC),
 		JSONChecker: transport.BoundChecker(checker, bound, tm, transport.ListenerHTTP),
+		BodyBytes:   bodyBytes,
+		Telemetry:   tm,
 		Rules:       r.store, Shadow: cfg.shadow, Headers: cfg.headers, Registerer: reg,
 	})
 	r.at.Store(time.Now().Unix())

@@ -151,7 +151,7 @@ func newServer(cfg config, log *slog.Logger) (s *server, err error) {
 	if err != nil {
 		return nil, err
 	}
-	if s.rls, err = newRLS(cfg.rls, s.node, clientBound, tm, reg, log); err != nil {
+	if s.rls, err = newRLS(cfg.rls, s.node, clientBound, bodyBytes, tm, reg, log); err != nil {
 		return nil, err
 	}
 	clientOpts := transport.ConnLimits{
