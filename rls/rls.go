@@ -97,6 +97,12 @@ func New(cfg Config) *Service {
 	return &Service{cfg: cfg, m: newMetrics(cfg.Registerer)}
 }
 
+// ShouldRateLimitMethod is the full gRPC name of ShouldRateLimit, for
+// transport.GRPCConfig.ShedMethods: its calls take units of the client
+// in-flight bound (through Checker), so the server may refuse them at
+// their headers while that bound is full.
+const ShouldRateLimitMethod = rlspb.RateLimitService_ShouldRateLimit_FullMethodName
+
 // Register registers the service on s (the node's client gRPC server).
 func (s *Service) Register(srv *grpc.Server) {
 	rlspb.RegisterRateLimitServiceServer(srv, s)

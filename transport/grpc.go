@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"runtime"
+	"slices"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
@@ -55,6 +56,13 @@ type GRPCConfig struct {
 	// it serves (the Envoy rate-limit service of package rls). They speak
 	// standard proto: the codec passes messages it does not know to it.
 	Register func(*grpc.Server)
+	// ShedMethods are the full names ("/package.Service/Method") of methods
+	// of services added by Register that take units of InFlight: refused
+	// at their headers while it is full, as GetRateLimits is, and counted
+	// as the client listener's sheds. Their handlers still take their
+	// units themselves (BoundChecker). Other methods of those services are
+	// never refused by the server.
+	ShedMethods []string
 }
 
 // GRPCServer serves the services its config names (RateLimiter for
@@ -138,7 +146,7 @@ func serverOptions(cfg GRPCConfig) []grpc.ServerOption {
 		grpc.StaticConnWindowSize(FlowWindow),
 	}
 	opts = append(opts, cfg.ServerOptions...)
-	opts = append(opts, grpc.InTapHandle(serverTap(cfg.InFlight, cfg.Metrics)))
+	opts = append(opts, grpc.InTapHandle(serverTap(cfg.InFlight, cfg.Metrics, slices.Clone(cfg.ShedMethods))))
 	return append(opts, grpc.ForceServerCodecV2(theCodec))
 }
 
@@ -169,10 +177,12 @@ func streamWorkers() int { return 2 * runtime.GOMAXPROCS(0) }
 // cost of a refusal, as the messages of many calls share one connection. A call that arrives while there is room is
 // admitted or refused on its item count once its message is in (see
 // checkBatch.decode). A stream is refused at its opening only: each batch
-// it carries is admitted on its item count as a unary call's. The tap
-// runs on the connection's reader with its lock held: one atomic load, and
-// a counter only when refusing.
-func serverTap(b *InFlight, m *Metrics) tap.ServerInHandle {
+// it carries is admitted on its item count as a unary call's. The methods
+// of shed (GRPCConfig.ShedMethods) are refused as GetRateLimits is. The
+// tap runs on the connection's reader with its lock held: one atomic load
+// while there is room; a scan of shed, and a counter when refusing, only
+// while the bound is full.
+func serverTap(b *InFlight, m *Metrics, shed []string) tap.ServerInHandle {
 	refused := grpcError(errShed)
 	return func(ctx context.Context, info *tap.Info) (context.Context, error) {
 		if b != nil && b.InUse() >= b.Limit() {
@@ -182,6 +192,10 @@ func serverTap(b *InFlight, m *Metrics) tap.ServerInHandle {
 				return ctx, refused
 			case pb.Peers_ForwardRateLimits_FullMethodName, streamForwardMethod, pb.State_Push_FullMethodName, pb.State_Pull_FullMethodName:
 				m.shed(listenerPeer, shedChecks)
+				return ctx, refused
+			}
+			if slices.Contains(shed, info.FullMethodName) {
+				m.shed(listenerGRPC, shedChecks)
 				return ctx, refused
 			}
 			// health, reflection, others: never shed

@@ -111,6 +111,11 @@ func (r *rlsServer) checker(next transport.Checker) transport.Checker {
 // register serves envoy.service.ratelimit.v3.RateLimitService.
 func (r *rlsServer) register(s *grpc.Server) { r.svc.Register(s) }
 
+// shedMethods are the methods of register that take units of the client
+// bound: the client server refuses them at their headers while it is full,
+// as it does GetRateLimits (GRPCConfig.ShedMethods).
+func (r *rlsServer) shedMethods() []string { return []string{rls.ShouldRateLimitMethod} }
+
 // handler serves POST /json and GET /v1/config, and next otherwise.
 func (r *rlsServer) handler(next http.Handler) http.Handler {
 	mux := http.NewServeMux()

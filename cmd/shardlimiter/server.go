@@ -164,6 +164,7 @@ func newServer(cfg config, log *slog.Logger) (s *server, err error) {
 	s.grpc = transport.NewGRPCServer(transport.GRPCConfig{
 		Checker:       s.rls.checker(s.node),
 		Register:      s.rls.register,
+		ShedMethods:   s.rls.shedMethods(),
 		Members:       s.node, // clients learn the ring (package client)
 		MaxBatch:      cfg.maxBatch,
 		Metrics:       tm,
