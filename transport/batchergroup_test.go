@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 
@@ -91,7 +92,9 @@ func TestPeerClientKeepsGroups(t *testing.T) {
 	t.Parallel()
 	o := &groupOwner{}
 	_, target, dialer := startGRPC(t, GRPCConfig{Checker: &fakeChecker{}, Local: CheckerFunc(o.check), MaxBatch: 5000})
-	c, err := NewPeerClient(target, PeerConfig{MaxInFlight: 1, MaxBatch: 50, DialOptions: []grpc.DialOption{dialer}})
+	// A long Timeout: 1,280 calls through one slot under -race on a busy
+	// machine once took more than the default second for an RPC.
+	c, err := NewPeerClient(target, PeerConfig{MaxInFlight: 1, MaxBatch: 50, Timeout: 20 * time.Second, DialOptions: []grpc.DialOption{dialer}})
 	if err != nil {
 		t.Fatalf("NewPeerClient = %v", err)
 	}
