@@ -156,30 +156,6 @@ func (n *Node) markedRoute(v *view, key string) (self bool, to ring.Member, push
 	return false, ring.Member{}, nil
 }
 
-// awaitPushes waits, up to handoffWait, until the pushes in pushed have
-// been answered. CheckLocal does so before naming the new owner of a
-// partition it moved: named before the state has landed there, the new
-// owner, whose ring may still say this node, would name this node back,
-// and the sender, bounced between the two until it gives up, would decide
-// the check by its fail policy from the state it holds (a hit lost at the
-// next merge: seen as over-admission across rolling restarts).
-func (n *Node) awaitPushes(ctx context.Context, pushed []chan struct{}) {
-	if len(pushed) == 0 {
-		return
-	}
-	t := time.NewTimer(handoffWait)
-	defer t.Stop()
-	for _, ch := range pushed {
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			return // the sender's redirect copes, as before
-		}
-	}
-}
-
 // lockDeciding takes deciding for reading, first waiting for the state of
 // the incoming partitions that checks touch. A partition that became
 // incoming meanwhile (a rebuild in between) is waited for too, so that no
@@ -226,21 +202,41 @@ func (n *Node) awaitIncoming(ctx context.Context, checks []limit.Check) {
 		return
 	}
 	start := time.Now()
-	t := time.NewTimer(handoffWait)
+	switch waitAll(ctx, chans, handoffWait) {
+	case waitDone:
+		n.m.handoffWait.Observe(time.Since(start).Seconds())
+	case waitTimedOut:
+		n.m.handoffIncomplete.Inc()
+		n.log.Warn("handoff: state did not arrive in time; deciding from the state held here", "partitions", len(parts))
+		n.ho.settle(parts)
+	}
+}
+
+// Outcomes of waitAll.
+const (
+	waitDone = iota
+	waitCanceled
+	waitTimedOut
+)
+
+// waitAll waits until every channel of chans is closed (waitDone), ctx
+// ends (waitCanceled) or d has passed (waitTimedOut).
+func waitAll(ctx context.Context, chans []chan struct{}, d time.Duration) int {
+	if len(chans) == 0 {
+		return waitDone
+	}
+	t := time.NewTimer(d)
 	defer t.Stop()
 	for _, ch := range chans {
 		select {
 		case <-ch:
 		case <-ctx.Done():
-			return
+			return waitCanceled
 		case <-t.C:
-			n.m.handoffIncomplete.Inc()
-			n.log.Warn("handoff: state did not arrive in time; deciding from the state held here", "partitions", len(parts))
-			n.ho.settle(parts)
-			return
+			return waitTimedOut
 		}
 	}
-	n.m.handoffWait.Observe(time.Since(start).Seconds())
+	return waitDone
 }
 
 // CheckLocal answers a batch forwarded by a peer. A node decides only the
@@ -301,7 +297,15 @@ func (n *Node) CheckLocal(ctx context.Context, checks []limit.Check) ([]limit.Re
 		}
 	}
 	n.ho.deciding.RUnlock()
-	n.awaitPushes(ctx, waits) // not under deciding: a rebuild must not wait for a push
+	// Name the new owner of a partition moved from here only once our push
+	// of it has landed (up to handoffWait; past that the sender's redirect
+	// copes). Named earlier, the new owner, whose ring may still say this
+	// node, would name this node back, and the sender, bounced between the
+	// two until it gives up, would decide by its fail policy from the state
+	// it holds: a hit lost at the next merge (seen as over-admission across
+	// rolling restarts). Not under deciding: a rebuild must not wait for a
+	// push.
+	waitAll(ctx, waits, handoffWait)
 	return res, nil
 }
 
