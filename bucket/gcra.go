@@ -100,8 +100,12 @@ func (p rate) take(tat, now, hits int64, b limit.Behavior) (int64, verdict) {
 		if b.Has(limit.Overdraft) {
 			ask = 0
 		}
-		if p.fits(debt, ask) {
+		switch {
+		case p.fits(debt, 1):
 			return tat, verdict{allowed: true, debt: debt, wait: debt}
+		case ask == 0 && p.fits(debt, 0):
+			// Not overdrawn, though no hit fits: no shaping delay to report.
+			return tat, verdict{allowed: true, debt: debt}
 		}
 		return tat, p.rejected(debt, ask)
 	}
