@@ -416,3 +416,37 @@ descriptors:
 		}
 	}
 }
+
+// TestNativeOverdraft: the native API's OVERDRAFT behavior over HTTP/JSON
+// (by name) is the RLS path's counting: a report counts in full, a 0-hit
+// check at the limit passes and over it is refused.
+func TestNativeOverdraft(t *testing.T) {
+	t.Parallel()
+	s := serve(t)
+	item := func(hits int) string {
+		return fmt.Sprintf(`{"requests":[{"name":"tokens","unique_key":"tenant-1","hits":%d,"limit":10,"duration_ms":3600000,"algorithm":"FIXED_WINDOW","behavior":"OVERDRAFT"}]}`, hits)
+	}
+	awayFromWindowEnd(t, time.Hour, 5*time.Second)
+	for i, step := range []struct {
+		hits      int
+		status    string
+		remaining string // int64: a string in proto3 JSON
+	}{
+		{0, "UNDER_LIMIT", "10"},
+		{10, "UNDER_LIMIT", "0"},
+		{0, "UNDER_LIMIT", "0"}, // at the limit, not over it
+		{4, "OVER_LIMIT", "0"},  // counted: 14 of 10
+		{0, "OVER_LIMIT", "0"},
+		{1, "OVER_LIMIT", "0"},
+	} {
+		code, out := postJSON(t, "http://"+s.http+"/v1/GetRateLimits", item(step.hits))
+		resps, _ := out["responses"].([]any)
+		if code != 200 || len(resps) != 1 {
+			t.Fatalf("step %d: %d %v", i, code, out)
+		}
+		r := resps[0].(map[string]any)
+		if r["status"] != step.status || fmt.Sprint(r["remaining"]) != step.remaining || r["error"] != "" {
+			t.Fatalf("step %d (hits %d): %v, want %s with %v remaining", i, step.hits, r, step.status, step.remaining)
+		}
+	}
+}
