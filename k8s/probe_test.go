@@ -31,7 +31,7 @@ var networkEnv = map[string]bool{
 	"POD_NAMESPACE":               true,
 }
 
-// TestLiveProbes runs the binary with each overlay's configuration on
+// TestLiveProbes runs the binary with each source's configuration on
 // loopback and checks what the kubelet and Prometheus will see: the probe
 // and scrape paths answer 200 on the http port; after SIGTERM readiness turns
 // 503 while the node keeps answering for its shutdown grace, and the process
@@ -40,8 +40,9 @@ var networkEnv = map[string]bool{
 // alone has nobody to hand its keys to and may exit at once).
 func TestLiveProbes(t *testing.T) {
 	bin := binary(t)
-	for _, dir := range overlays {
-		if dir == "overlays/secure" {
+	for _, src := range sources {
+		dir := src.name
+		if src.want.secure {
 			// Its key and certificate files exist only in the pod; the
 			// binary's TLS, keys and health listener are tested in
 			// cmd/shardlimiter (TestClientTLS, TestPeerMTLS, TestGossipKeys).
