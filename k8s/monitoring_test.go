@@ -60,9 +60,12 @@ type ruleFile struct {
 }
 
 type ruleGroup struct {
-	Name     string `json:"name"`
-	Interval string `json:"interval,omitempty"`
-	Rules    []rule `json:"rules"`
+	Name        string            `json:"name"`
+	Interval    string            `json:"interval,omitempty"`
+	Limit       int               `json:"limit,omitempty"`
+	QueryOffset string            `json:"query_offset,omitempty"`
+	Labels      map[string]string `json:"labels,omitempty"`
+	Rules       []rule            `json:"rules"`
 }
 
 type rule struct {
