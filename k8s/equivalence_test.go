@@ -1,12 +1,15 @@
 package manifests
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/diff"
 )
 
@@ -112,82 +115,63 @@ func others(spec *corev1.PodSpec) []corev1.Container {
 // objects compares the overlay's objects with the chart's of the same kind
 // and name.
 func (d *differ) objects(k, h *rendered) {
-	for _, o := range k.DaemonSets {
-		if c := find(d, h.DaemonSets, "DaemonSet", o.ObjectMeta); c != nil {
-			d.labels("DaemonSet "+o.Name, o.Labels, c.Labels)
-			d.same("DaemonSet "+o.Name+" updateStrategy", o.Spec.UpdateStrategy, c.Spec.UpdateStrategy)
-			d.same("DaemonSet "+o.Name+" minReadySeconds", o.Spec.MinReadySeconds, c.Spec.MinReadySeconds)
-		}
-	}
-	for _, o := range k.Deployments {
-		if c := find(d, h.Deployments, "Deployment", o.ObjectMeta); c != nil {
-			d.labels("Deployment "+o.Name, o.Labels, c.Labels)
-			// The pod template is compared by pods.
-			os, cs := o.Spec, c.Spec
-			os.Template, cs.Template = corev1.PodTemplateSpec{}, corev1.PodTemplateSpec{}
-			d.same("Deployment "+o.Name+" spec", os, cs)
-		}
-	}
-	for _, o := range k.Services {
-		if c := find(d, h.Services, "Service", o.ObjectMeta); c != nil {
-			d.labels("Service "+o.Name, o.Labels, c.Labels)
-			d.same("Service "+o.Name+" spec", o.Spec, c.Spec)
-		}
-	}
-	for _, o := range k.NetworkPolicies {
-		if c := find(d, h.NetworkPolicies, "NetworkPolicy", o.ObjectMeta); c != nil {
-			d.labels("NetworkPolicy "+o.Name, o.Labels, c.Labels)
-			d.same("NetworkPolicy "+o.Name+" spec", o.Spec, c.Spec)
-		}
-	}
+	each(d, "DaemonSet", k.DaemonSets, h.DaemonSets, func(what string, o, c *appsv1.DaemonSet) {
+		d.same(what+" updateStrategy", o.Spec.UpdateStrategy, c.Spec.UpdateStrategy)
+		d.same(what+" minReadySeconds", o.Spec.MinReadySeconds, c.Spec.MinReadySeconds)
+	})
+	each(d, "Deployment", k.Deployments, h.Deployments, func(what string, o, c *appsv1.Deployment) {
+		// The pod template is compared by pods.
+		os, cs := o.Spec, c.Spec
+		os.Template, cs.Template = corev1.PodTemplateSpec{}, corev1.PodTemplateSpec{}
+		d.same(what+" spec", os, cs)
+	})
+	each(d, "Service", k.Services, h.Services, func(what string, o, c *corev1.Service) {
+		d.same(what+" spec", o.Spec, c.Spec)
+	})
+	each(d, "NetworkPolicy", k.NetworkPolicies, h.NetworkPolicies, func(what string, o, c *networkingv1.NetworkPolicy) {
+		d.same(what+" spec", o.Spec, c.Spec)
+	})
 	d.same("number of PodDisruptionBudgets", len(k.PDBs), len(h.PDBs))
-	for _, o := range k.PDBs {
-		if c := find(d, h.PDBs, "PodDisruptionBudget", o.ObjectMeta); c != nil {
-			d.labels("PodDisruptionBudget "+o.Name, o.Labels, c.Labels)
-			d.same("PodDisruptionBudget "+o.Name+" spec", o.Spec, c.Spec)
-		}
+	each(d, "PodDisruptionBudget", k.PDBs, h.PDBs, func(what string, o, c *policyv1.PodDisruptionBudget) {
+		d.same(what+" spec", o.Spec, c.Spec)
+	})
+	each(d, "ServiceAccount", k.ServiceAccounts, h.ServiceAccounts, func(what string, o, c *corev1.ServiceAccount) {
+		d.same(what+" automountServiceAccountToken", o.AutomountServiceAccountToken, c.AutomountServiceAccountToken)
+	})
+	// The config ConfigMap has a hash suffix in the overlay; its content is
+	// compared as the limiter's environment (pods).
+	rules := func(cms []*corev1.ConfigMap) []*corev1.ConfigMap {
+		return slices.DeleteFunc(slices.Clone(cms), func(cm *corev1.ConfigMap) bool { return !strings.HasSuffix(cm.Name, "-rules") })
 	}
-	for _, o := range k.ServiceAccounts {
-		if c := find(d, h.ServiceAccounts, "ServiceAccount", o.ObjectMeta); c != nil {
-			d.same("ServiceAccount "+o.Name+" automountServiceAccountToken", o.AutomountServiceAccountToken, c.AutomountServiceAccountToken)
-		}
-	}
-	for _, o := range k.ConfigMaps {
-		// The config ConfigMap has a hash suffix in the overlay; its
-		// content is compared as the limiter's environment (pods).
-		if strings.HasSuffix(o.Name, "-rules") {
-			if c := find(d, h.ConfigMaps, "ConfigMap", o.ObjectMeta); c != nil {
-				d.same("ConfigMap "+o.Name+" data", o.Data, c.Data)
-			}
-		}
-	}
-	for _, o := range k.Certificates {
-		if c := find(d, h.Certificates, "Certificate", o.ObjectMeta); c != nil {
-			d.same("Certificate "+o.Name+" spec", o.Spec, c.Spec)
-		}
-	}
-	for _, o := range k.Issuers {
-		if c := find(d, h.Issuers, "Issuer", o.ObjectMeta); c != nil {
-			d.same("Issuer "+o.Name+" spec", o.Spec, c.Spec)
-		}
-	}
+	each(d, "ConfigMap", rules(k.ConfigMaps), h.ConfigMaps, func(what string, o, c *corev1.ConfigMap) {
+		d.same(what+" data", o.Data, c.Data)
+	})
+	each(d, "Certificate", k.Certificates, h.Certificates, func(what string, o, c *certificate) {
+		d.same(what+" spec", o.Spec, c.Spec)
+	})
+	each(d, "Issuer", k.Issuers, h.Issuers, func(what string, o, c *issuer) {
+		d.same(what+" spec", o.Spec, c.Spec)
+	})
 }
 
-type object interface{ GetName() string }
+type object interface {
+	GetName() string
+	GetLabels() map[string]string
+}
 
-// find returns the chart's object of kind named as the overlay's.
-func find[T object](d *differ, chart []T, kind string, overlay metav1.ObjectMeta) T {
+// each finds, for every overlay object, the chart's object of the same kind
+// and name, checks that its labels include the overlay's, and compares the
+// two with cmp.
+func each[T object](d *differ, kind string, overlay, chart []T, cmp func(what string, o, c T)) {
 	d.t.Helper()
-	for _, c := range chart {
-		if c.GetName() == overlay.Name {
-			return c
+	for _, o := range overlay {
+		i := slices.IndexFunc(chart, func(c T) bool { return c.GetName() == o.GetName() })
+		if i < 0 {
+			d.t.Errorf("the overlay's %s %s is not in the chart's rendering", kind, o.GetName())
+			continue
 		}
+		what := kind + " " + o.GetName()
+		d.labels(what, o.GetLabels(), chart[i].GetLabels())
+		cmp(what, o, chart[i])
 	}
-	var names []string
-	for _, c := range chart {
-		names = append(names, c.GetName())
-	}
-	d.t.Errorf("the overlay's %s %s is not in the chart (it has %v)", kind, overlay.Name, names)
-	var zero T
-	return zero
 }

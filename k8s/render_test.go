@@ -81,6 +81,8 @@ type rendered struct {
 	Issuers         []*issuer
 	ServiceMonitors []*serviceMonitor
 	PrometheusRules []*prometheusRule
+	// objects are all of the above, in the stream's order.
+	objects []metav1.Object
 }
 
 // errNoKubectl skips the tests of the overlays where kubectl is missing.
@@ -241,39 +243,15 @@ func (r *rendered) add(doc []byte) error {
 	if len(strictErrs) > 0 {
 		return fmt.Errorf("%s: %w", tm.Kind, errors.Join(strictErrs...))
 	}
+	r.objects = append(r.objects, obj.(metav1.Object))
 	return nil
 }
 
 // defaultNamespace puts every namespaced object without a namespace into ns.
 func (r *rendered) defaultNamespace(ns string) {
-	var metas []*metav1.ObjectMeta
-	for _, o := range r.ServiceAccounts {
-		metas = append(metas, &o.ObjectMeta)
-	}
-	for _, o := range r.ConfigMaps {
-		metas = append(metas, &o.ObjectMeta)
-	}
-	for _, o := range r.Secrets {
-		metas = append(metas, &o.ObjectMeta)
-	}
-	for _, o := range r.Services {
-		metas = append(metas, &o.ObjectMeta)
-	}
-	for _, o := range r.PDBs {
-		metas = append(metas, &o.ObjectMeta)
-	}
-	for _, o := range r.NetworkPolicies {
-		metas = append(metas, &o.ObjectMeta)
-	}
-	for _, o := range r.DaemonSets {
-		metas = append(metas, &o.ObjectMeta)
-	}
-	for _, o := range r.Deployments {
-		metas = append(metas, &o.ObjectMeta)
-	}
-	for _, m := range metas {
-		if m.Namespace == "" {
-			m.Namespace = ns
+	for _, o := range r.objects {
+		if _, cluster := o.(*corev1.Namespace); !cluster && o.GetNamespace() == "" {
+			o.SetNamespace(ns)
 		}
 	}
 }
