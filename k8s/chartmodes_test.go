@@ -180,13 +180,30 @@ func TestChartMonitoring(t *testing.T) {
 			t.Errorf("client certificate from Secrets %s/%s: want one a Certificate with usage client auth writes", tls.Cert.Secret.Name, tls.KeySecret.Name)
 		}
 	}
+	// The alerts select on the job the ServiceMonitor gives the samples:
+	// the value of the Service's label jobLabel (else the Service's name).
+	job := scraped[0].Name
+	if sm.Spec.JobLabel != "" {
+		job = scraped[0].Labels[sm.Spec.JobLabel]
+	}
 	want := readRuleFile(t, filepath.Join(chartDir, "files", "alerts.yaml"))
+	for _, g := range want.Groups {
+		for _, rule := range g.Rules {
+			for _, m := range jobMatcher.FindAllStringSubmatch(rule.Expr, -1) {
+				if m[1] != job {
+					t.Errorf("alert %s selects job %q, the ServiceMonitor scrapes job %q", rule.Alert, m[1], job)
+				}
+			}
+		}
+	}
 	if got := r.PrometheusRules[0].Spec; !slices.EqualFunc(got.Groups, want.Groups, func(a, b ruleGroup) bool {
 		return a.Name == b.Name && len(a.Rules) == len(b.Rules)
 	}) {
 		t.Errorf("PrometheusRule groups %+v, want those of files/alerts.yaml %+v", got.Groups, want.Groups)
 	}
 }
+
+var jobMatcher = regexp.MustCompile(`\bjob\s*=\s*"([^"]*)"`)
 
 var promDuration = regexp.MustCompile(`^([0-9]+(ms|s|m|h|d|w|y))+$`)
 

@@ -15,6 +15,7 @@ type serviceMonitor struct {
 }
 
 type serviceMonitorSpec struct {
+	JobLabel          string               `json:"jobLabel,omitempty"`
 	Selector          metav1.LabelSelector `json:"selector"`
 	NamespaceSelector *struct {
 		MatchNames []string `json:"matchNames,omitempty"`
