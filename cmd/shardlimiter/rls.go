@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -29,9 +28,8 @@ type rlsConfig struct {
 }
 
 // parseRLS validates the rules flags.
-func parseRLS(raw map[string]*string) (rlsConfig, error) {
+func parseRLS(raw map[string]*string, bad func(name, format string, a ...any)) rlsConfig {
 	var c rlsConfig
-	var errs []error
 	for _, f := range strings.Split(*raw["config"], ",") {
 		if f = strings.TrimSpace(f); f != "" {
 			c.files = append(c.files, f)
@@ -39,12 +37,12 @@ func parseRLS(raw map[string]*string) (rlsConfig, error) {
 	}
 	var err error
 	if c.shadow, err = strconv.ParseBool(*raw["shadow-mode"]); err != nil {
-		errs = append(errs, fmt.Errorf("--shadow-mode: want true or false, got %q", *raw["shadow-mode"]))
+		bad("shadow-mode", "want true or false, got %q", *raw["shadow-mode"])
 	}
 	if c.headers, err = strconv.ParseBool(*raw["rls-headers"]); err != nil {
-		errs = append(errs, fmt.Errorf("--rls-headers: want true or false, got %q", *raw["rls-headers"]))
+		bad("rls-headers", "want true or false, got %q", *raw["rls-headers"])
 	}
-	return c, errors.Join(errs...)
+	return c
 }
 
 // rulesReload is how often the rules files are read for changes: a new
