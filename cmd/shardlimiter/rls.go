@@ -45,6 +45,11 @@ func parseRLS(raw map[string]*string, bad func(name, format string, a ...any)) r
 	return c
 }
 
+// noRulesWarning is logged at the start of a node without --config: its
+// Envoy rate-limit service has no rule to match, and a caller would
+// otherwise learn it only from being admitted every time.
+const noRulesWarning = "no --config: the Envoy rate-limit service (ShouldRateLimit, POST /json) answers OK to every descriptor, and native checks must carry their own limit and duration_ms; load rules files with --config (docs/RULES.md)"
+
 // rulesReload is how often the rules files are read for changes: a new
 // file applies within about this long.
 const rulesReload = 500 * time.Millisecond
@@ -82,6 +87,8 @@ func newRLS(cfg rlsConfig, checker transport.Checker, bound, bodyBytes *transpor
 		}
 		r.store.Swap(set)
 		log.Info("rules loaded", "files", cfg.files, "version", set.Version())
+	} else {
+		log.Warn(noRulesWarning)
 	}
 	r.loaded = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "shardlimiter", Subsystem: "rules", Name: "reloads_total",
 		Help: "Rules files reloaded after a change and applied."})
