@@ -107,7 +107,10 @@ func newFlagSet(name string, out io.Writer) (*flag.FlagSet, map[string]*string) 
 	raw["pprof"] = (*string)(&pprof)
 	fs.Var(&pprof, "pprof", "serve Go profiles at /debug/pprof/ on the HTTP address, for operators profiling a node (env "+envName("pprof")+")")
 	fs.Usage = func() {
-		fmt.Fprintf(out, "Usage: %s [flags]\n       %s check [flags]   (a one-off check against a server; see %s check -h)\n\nEvery flag can also be set by its environment variable.\n\nFlags:\n", name, name, name)
+		fmt.Fprintf(out, "Usage: %[1]s [flags]                  (run a node)\n"+
+			"       %[1]s check [flags]            (a one-off check against a server; see %[1]s check -h)\n"+
+			"       %[1]s config check FILE|DIR…   (validate rules files without a server)\n"+
+			"\nEvery flag can also be set by its environment variable.\n\nFlags:\n", name)
 		fs.PrintDefaults()
 	}
 	return fs, raw

@@ -164,6 +164,20 @@ func TestHelpNamesEveryEnvironmentVariable(t *testing.T) {
 	})
 }
 
+// --help names the subcommands, so that `config check` is found.
+func TestHelpNamesTheSubcommands(t *testing.T) {
+	t.Parallel()
+	var out bytes.Buffer
+	if code := run(context.Background(), []string{"--help"}, env(), &out, &out); code != exitOK {
+		t.Fatalf("--help exit %d", code)
+	}
+	for _, want := range []string{"shardlimiter check [flags]", "shardlimiter config check FILE|DIR"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("--help lacks %q:\n%s", want, out.String())
+		}
+	}
+}
+
 // --advertise-addr may carry the gossip port ("host:port", passed to
 // gossip as is) or be a bracketed IPv6 literal; the gRPC address peers
 // forward to is built from its host alone.
