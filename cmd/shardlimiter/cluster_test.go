@@ -239,7 +239,7 @@ func TestThreeProcessesOnDistinctAddresses(t *testing.T) {
 // L per hour keep their counts through every restart, because a leaving
 // node hands its keys to their new owners and a joining one takes its keys
 // with their state. Before handoff, each restart reset a third of the keys.
-// The bar (the issue's for graceful churn) is 1% over the exact bound.
+// The bar for graceful churn is 1% over the exact bound.
 func TestRollingRestartKeepsCounts(t *testing.T) {
 	if testing.Short() {
 		t.Skip("restarts real processes")
@@ -325,7 +325,7 @@ func TestRollingRestartKeepsCounts(t *testing.T) {
 	for range perKey / 3 {
 		round(-1)
 	}
-	// The bar of the issue for graceful churn: at most 1% over the exact
+	// The bar for graceful churn: at most 1% over the exact
 	// bound (keys × L) in all. Keys over their own limit are listed.
 	total, over := 0, 0
 	for k, n := range admitted {
