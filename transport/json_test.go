@@ -91,7 +91,8 @@ func TestHTTPEnumNames(t *testing.T) {
 		{"name":"a","unique_key":"k1","hits":1,"limit":5,"duration_ms":1000,"algorithm":"token_bucket"},
 		{"name":"a","unique_key":"k2","hits":1,"limit":5,"duration_ms":1000,"algorithm":"GCRA"},
 		{"name":"a","unique_key":"k3","hits":1,"limit":5,"duration_ms":1000,"algorithm":"Sliding_Log","behavior":"reset"},
-		{"name":"a","unique_key":"k4","hits":1,"limit":5,"duration_ms":1000,"calendar":"fortnight"},
+		{"name":"a","unique_key":"k4","hits":1,"limit":5,"duration_ms":1000,"calendar" :
+			"fortnight"},
 		{"name":"a","unique_key":"k5","hits":1,"limit":5,"duration_ms":1000,"algorithm":2}]}`
 	code, out := do(t, srv, http.MethodPost, "/v1/GetRateLimits", body)
 	if code != http.StatusOK {
