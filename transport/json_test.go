@@ -125,3 +125,26 @@ func TestHTTPEnumNames(t *testing.T) {
 		t.Errorf("checks decided = %+v, want k1 TOKEN_BUCKET, k3 SLIDING_LOG with RESET, k5 FIXED_WINDOW", got)
 	}
 }
+
+// FuzzDecodeRequest: any body decodes or fails with an error, never a
+// panic, and the items it fails for their enum names are items of the
+// request.
+func FuzzDecodeRequest(f *testing.F) {
+	for _, seed := range []string{``, `{}`, `{"requests":[]}`, `{"requests":[{"algorithm":"gcra"}]}`,
+		`{"requests":[{"algorithm":"token_bucket","behavior":"Reset"},{"calendar":"x"}]}`,
+		`{"x":[{"algorithm":"y"}],"requests":[{"algorithm":{"a":1}}]}`, `{"requests":[{"algorithm":"\u0047CRA"}]}`} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		var req pb.GetRateLimitsRequest
+		bad, err := decodeRequest(body, &req)
+		if err != nil {
+			return
+		}
+		for _, b := range bad {
+			if b.item < 0 || b.item >= len(req.GetRequests()) {
+				t.Fatalf("bad enum at item %d of %d", b.item, len(req.GetRequests()))
+			}
+		}
+	})
+}
