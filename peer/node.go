@@ -31,6 +31,7 @@ import (
 	"errors"
 	"hash/maphash"
 	"log/slog"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -173,6 +174,7 @@ type Node struct {
 	rebuildMu sync.Mutex
 	version   atomic.Uint64
 	leaving   atomic.Bool
+	noneLeft  sync.Once // NoteNoneLeft's line
 	peers     peerSet
 	m         *metrics
 	keyBufs   sync.Pool // *keyBuf
@@ -400,7 +402,9 @@ func (n *Node) sweepLoop(ctx context.Context) {
 // HandoffTimeout has passed (then it logs so and counts it). The node keeps
 // answering (forwarding what it no longer holds) until the caller stops its
 // servers; Run must still be running for the handoff to proceed.
-// Idempotent.
+// It logs what happened once: the keys handed off, or, when no other member
+// is left to take them (a cluster of one, or a whole cluster stopped at
+// once), how many keys this node drops. Idempotent.
 func (n *Node) Leave() error {
 	if n.leaving.Swap(true) {
 		return nil
@@ -409,6 +413,7 @@ func (n *Node) Leave() error {
 	if g == nil {
 		return nil
 	}
+	start := time.Now()
 	// The ring without this node first: its partitions are marked moved and
 	// pushed at once, while gossip tells the others.
 	err := n.rebuild(g.Members())
@@ -418,23 +423,63 @@ func (n *Node) Leave() error {
 	if lerr := g.Leave(n.cfg.LeaveTimeout); lerr != nil && err == nil {
 		err = lerr
 	}
-	start := time.Now()
 	deadline := time.NewTimer(n.cfg.HandoffTimeout)
 	defer deadline.Stop()
 	for i, ch := range pushed {
 		select {
 		case <-ch:
+			continue
 		case <-deadline.C:
-			n.m.handoffIncomplete.Inc()
-			n.log.Warn("leave: handoff not acknowledged before the deadline; leaving anyway",
-				"pending", len(pushed)-i, "of", len(pushed), "timeout", n.cfg.HandoffTimeout)
-			return err
 		}
+		if !n.OthersAlive() {
+			break // nobody is left to take them: said below
+		}
+		n.m.handoffIncomplete.Inc()
+		n.log.Warn("leave: handoff not acknowledged before the deadline; leaving anyway",
+			"pending", len(pushed)-i, "of", len(pushed), "timeout", n.cfg.HandoffTimeout)
+		return err
 	}
-	if len(pushed) > 0 {
-		n.log.Info("leave: keys handed off", "owners", len(pushed), "took", time.Since(start))
+	switch {
+	case !n.OthersAlive():
+		n.NoteNoneLeft()
+	case len(pushed) > 0:
+		n.log.Info("leave: keys handed off", "owners", len(pushed), "took", time.Since(start).Round(time.Microsecond))
 	}
 	return err
+}
+
+// NoteNoneLeft logs, once, that no other member is left to take this
+// node's keys, and how many keys it holds: they go when it exits. Leave
+// calls it when it finds no one; a caller that keeps the node answering
+// after Leave (a drain) calls it when the others go meanwhile, as they do
+// when a whole cluster is stopped at once.
+func (n *Node) NoteNoneLeft() {
+	n.noneLeft.Do(func() {
+		n.log.Info("leave: no other member left to take the keys; " + strconv.Itoa(n.keyCount()) + " keys dropped")
+	})
+}
+
+// OthersAlive reports whether gossip knows a member other than this node.
+func (n *Node) OthersAlive() bool {
+	g := n.cfg.Gossip
+	if g == nil {
+		return false
+	}
+	for _, m := range g.Members() {
+		if m.Name != n.cfg.Name {
+			return true
+		}
+	}
+	return false
+}
+
+// keyCount is the number of keys the tables hold.
+func (n *Node) keyCount() int {
+	total := 0
+	for _, l := range n.limiters {
+		total += l.Len()
+	}
+	return total
 }
 
 // Ready reports whether the node should receive traffic: joined (or alone

@@ -60,12 +60,23 @@ func (n *Node) planHandoff(old, cur *view) []chan struct{} {
 	pulls := map[string]*job{}
 	pushes := map[string]*job{}
 	withouts := map[string]*ring.Snapshot{}
+	leaving := n.leaving.Load()
 	h := n.ho
 	h.mu.Lock()
 	for p := range h.kinds {
 		was := old.snap.Member(old.snap.PartitionOwner(p))
 		now := cur.snap.Member(cur.snap.PartitionOwner(p))
 		kind, d := h.kinds[p].Load(), h.parts[p]
+		if now.Name == self && leaving {
+			// A leaving node is on its ring again only when every other
+			// member has gone too: it takes nothing over (the others are
+			// leaving as well, and their pulls would only time out), and
+			// decides from what it holds until it exits.
+			if kind == partMoved || kind == partReceived {
+				h.setLocked(p, partNormal, partDetail{})
+			}
+			continue
+		}
 		if now.Name == self {
 			switch {
 			case kind == partMoved:
@@ -232,14 +243,21 @@ func (n *Node) handoffIdle() bool {
 // under way, or another node took it) is passed on to where it is.
 func (n *Node) runPull(ctx context.Context, j job) {
 	defer n.ho.settle(j.parts)
+	// A node that is leaving decides little more, and the node it pulls
+	// from is most likely stopping too (a whole cluster stopped while a
+	// join's pulls were under way): its failed pulls are no warning.
+	warn := n.log.Warn
+	if n.leaving.Load() {
+		warn = n.log.Debug
+	}
 	keys, err := n.pullFrom(ctx, j.peer, j.parts)
 	if err != nil && j.backup.Name != "" {
-		n.log.Warn("handoff: pull failed, trying the replica", "from", j.peer.Name, "replica", j.backup.Name, "partitions", len(j.parts), "err", err)
+		warn("handoff: pull failed, trying the replica", "from", j.peer.Name, "replica", j.backup.Name, "partitions", len(j.parts), "err", err)
 		keys, err = n.pullFrom(ctx, j.backup, j.parts)
 	}
 	if err != nil {
 		n.m.handoffIncomplete.Inc()
-		n.log.Warn("handoff: pull failed; deciding from the state held here", "from", j.peer.Name, "partitions", len(j.parts), "err", err)
+		warn("handoff: pull failed; deciding from the state held here", "from", j.peer.Name, "partitions", len(j.parts), "err", err)
 	} else {
 		n.importKeys(keys, j.why)
 	}

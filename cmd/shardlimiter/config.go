@@ -67,7 +67,7 @@ func newFlagSet(name string, out io.Writer) (*flag.FlagSet, map[string]*string) 
 	}
 	def("http-addr", ":8080", "HTTP listen address: JSON API, /healthz, /readyz, /metrics, /v1/cluster")
 	def("grpc-addr", ":8081", "gRPC listen address: the client API (RateLimiter, health, reflection)")
-	def("peer-addr", ":8082", "gRPC listen address for other nodes only: forwarded checks and state transfer (Peers, State)")
+	def("peer-addr", "", "gRPC listen address for other nodes only: forwarded checks and state transfer (Peers, State); default: the --grpc-addr host, port "+defaultPeerPort+" (:"+defaultPeerPort+" when --grpc-addr names no host)")
 	def("health-addr", "", "optional plain-HTTP listen address serving only /healthz and /readyz, for kubelet probes when the HTTP API uses TLS; empty = none")
 	def("gossip-addr", ":7946", "gossip (memberlist) listen address, TCP and UDP")
 	def("gossip-key-file", "", "file of base64 AES keys (16, 24 or 32 bytes), one per line: the first encrypts, all decrypt; re-read when it changes or on SIGHUP; empty = gossip in plaintext")
@@ -113,7 +113,10 @@ func newFlagSet(name string, out io.Writer) (*flag.FlagSet, map[string]*string) 
 	raw["pprof"] = (*string)(&pprof)
 	fs.Var(&pprof, "pprof", "serve Go profiles at /debug/pprof/ on the HTTP address, for operators profiling a node (env "+envName("pprof")+")")
 	fs.Usage = func() {
-		fmt.Fprintf(out, "Usage: %s [flags]\n       %s check [flags]   (a one-off check against a server; see %s check -h)\n\nEvery flag can also be set by its environment variable.\n\nFlags:\n", name, name, name)
+		fmt.Fprintf(out, "Usage: %[1]s [flags]                  (run a node)\n"+
+			"       %[1]s check [flags]            (a one-off check against a server; see %[1]s check -h)\n"+
+			"       %[1]s config check FILE|DIR…   (validate rules files without a server)\n"+
+			"\nEvery flag can also be set by its environment variable.\n\nFlags:\n", name)
 		fs.PrintDefaults()
 	}
 	return fs, raw
@@ -131,18 +134,27 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (conf
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	fromEnv := map[string]bool{}
 	for name := range raw {
 		if v := getenv(envName(name)); v != "" && !set[name] {
 			*raw[name] = v
+			fromEnv[name] = true
 		}
 	}
-	return validate(raw)
+	return validate(raw, fromEnv)
 }
 
-func validate(raw map[string]*string) (config, error) {
+// validate checks the raw values; fromEnv names the flags whose value came
+// from their environment variable, so that an error names what the
+// operator wrote (SHARDLIMITER_MAX_BATCH, not --max-batch).
+func validate(raw map[string]*string, fromEnv map[string]bool) (config, error) {
 	var errs []error
 	bad := func(name, format string, a ...any) {
-		errs = append(errs, fmt.Errorf("--%s: %s", name, fmt.Sprintf(format, a...)))
+		where := "--" + name
+		if fromEnv[name] {
+			where = envName(name)
+		}
+		errs = append(errs, fmt.Errorf("%s: %s", where, fmt.Sprintf(format, a...)))
 	}
 	c := config{
 		httpAddr:      *raw["http-addr"],
@@ -156,6 +168,10 @@ func validate(raw map[string]*string) (config, error) {
 		advertiseAddr: *raw["advertise-addr"],
 		nodeName:      *raw["node-name"],
 		logFormat:     *raw["log-format"],
+	}
+	if c.peerAddr == "" {
+		c.peerAddr = defaultPeerAddr(c.grpcAddr)
+		*raw["peer-addr"] = c.peerAddr
 	}
 	addrs := []string{"http-addr", "grpc-addr", "peer-addr", "gossip-addr"}
 	if c.healthAddr != "" {
@@ -212,14 +228,29 @@ func validate(raw map[string]*string) (config, error) {
 	} else if p.ca != "" && p.cert == "" {
 		bad("tls-client-ca-file", "client certificates need TLS: set --tls-cert-file and --tls-key-file too")
 	}
-	if c.rls, err = parseRLS(raw); err != nil {
-		errs = append(errs, err)
-	}
+	c.rls = parseRLS(raw, bad)
 	if c.pprof, err = strconv.ParseBool(*raw["pprof"]); err != nil {
 		bad("pprof", "want true or false, got %q", *raw["pprof"])
 	}
 	validateLimits(raw, &c, bad)
 	return c, errors.Join(errs...)
+}
+
+// defaultPeerPort is the port of the peer listener when --peer-addr is not
+// set.
+const defaultPeerPort = "8082"
+
+// defaultPeerAddr is the peer listener of a node whose --peer-addr is not
+// set: the host of its gRPC address, port 8082. Several nodes started on
+// one machine with distinct hosts (127.0.0.2, 127.0.0.3, …) and only their
+// other addresses given then listen apart, as the advertised addresses
+// already were. A gRPC address that does not parse is reported by validate.
+func defaultPeerAddr(grpcAddr string) string {
+	host, _, err := net.SplitHostPort(grpcAddr)
+	if err != nil {
+		host = ""
+	}
+	return net.JoinHostPort(host, defaultPeerPort)
 }
 
 // newLogger builds the process logger (stderr).

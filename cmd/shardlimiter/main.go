@@ -4,8 +4,10 @@
 // version`, prints its version.
 //
 // With no arguments it serves on one machine with defaults: HTTP on :8080,
-// gRPC on :8081, gossip on :7946, a cluster of one. Every flag can also be
-// set through its SHARDLIMITER_* environment variable; see --help.
+// gRPC on :8081 (the client API), peer RPCs on :8082 (other nodes only; by
+// default on the host of --grpc-addr), gossip on :7946, a cluster of one.
+// Every flag can also be set through its SHARDLIMITER_* environment
+// variable; see --help and the configuration table of README.md.
 //
 // This package is wiring only: flags and environment → configuration,
 // listeners, metrics registry, logger, signals.

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -33,9 +32,8 @@ type rlsConfig struct {
 }
 
 // parseRLS validates the rules flags.
-func parseRLS(raw map[string]*string) (rlsConfig, error) {
+func parseRLS(raw map[string]*string, bad func(name, format string, a ...any)) rlsConfig {
 	var c rlsConfig
-	var errs []error
 	for _, f := range strings.Split(*raw["config"], ",") {
 		if f = strings.TrimSpace(f); f != "" {
 			c.files = append(c.files, f)
@@ -43,23 +41,23 @@ func parseRLS(raw map[string]*string) (rlsConfig, error) {
 	}
 	var err error
 	if c.shadow, err = strconv.ParseBool(*raw["shadow-mode"]); err != nil {
-		errs = append(errs, fmt.Errorf("--shadow-mode: want true or false, got %q", *raw["shadow-mode"]))
+		bad("shadow-mode", "want true or false, got %q", *raw["shadow-mode"])
 	}
 	for name, b := range map[string]*bool{"rls-headers": &c.headers, "rls-stop-increment-when-over-limit": &c.stopIncrement, "rls-dynamic-metadata": &c.metadata} {
 		if *b, err = strconv.ParseBool(*raw[name]); err != nil {
-			errs = append(errs, fmt.Errorf("--%s: want true or false, got %q", name, *raw[name]))
+			bad(name, "want true or false, got %q", *raw[name])
 		}
 	}
 	if c.headersFormat, err = rls.ParseHeadersFormat(*raw["rls-headers-format"]); err != nil {
-		errs = append(errs, fmt.Errorf("--rls-headers-format: %w", err))
+		bad("rls-headers-format", "%v", err)
 	}
 	c.headerNames = rls.HeaderNames{Limit: *raw["rls-header-limit"], Remaining: *raw["rls-header-remaining"], Reset: *raw["rls-header-reset"]}
 	for name, v := range map[string]string{"rls-header-limit": c.headerNames.Limit, "rls-header-remaining": c.headerNames.Remaining, "rls-header-reset": c.headerNames.Reset} {
 		if !validHeaderName(v) {
-			errs = append(errs, fmt.Errorf("--%s: %q is not an HTTP header name", name, v))
+			bad(name, "%q is not an HTTP header name", v)
 		}
 	}
-	return c, errors.Join(errs...)
+	return c
 }
 
 // validHeaderName reports whether s is an HTTP field name (RFC 9110 token).
@@ -76,6 +74,11 @@ func validHeaderName(s string) bool {
 	}
 	return true
 }
+
+// noRulesWarning is logged at the start of a node without --config: its
+// Envoy rate-limit service has no rule to match, and a caller would
+// otherwise learn it only from being admitted every time.
+const noRulesWarning = "no --config: the Envoy rate-limit service (ShouldRateLimit, POST /json) answers OK to every descriptor, and native checks must carry their own limit and duration_ms; load rules files with --config (docs/RULES.md)"
 
 // rulesReload is how often the rules files are read for changes: a new
 // file applies within about this long.
@@ -114,6 +117,8 @@ func newRLS(cfg rlsConfig, checker transport.Checker, bound, bodyBytes *transpor
 		}
 		r.store.Swap(set)
 		log.Info("rules loaded", "files", cfg.files, "version", set.Version())
+	} else {
+		log.Warn(noRulesWarning)
 	}
 	r.loaded = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "shardlimiter", Subsystem: "rules", Name: "reloads_total",
 		Help: "Rules files reloaded after a change and applied."})

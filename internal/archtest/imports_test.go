@@ -1,5 +1,6 @@
-// Package archtest keeps the dependency direction of DESIGN.md §2: each
-// project package may import only the project packages listed for it.
+// Package archtest keeps the dependency direction of docs/ARCHITECTURE.md
+// ("Packages and their imports"): each project package may import only the
+// project packages listed for it.
 package archtest
 
 import (
@@ -80,8 +81,8 @@ var thirdParty = map[string][]string{
 	"rls":             {"github.com/envoyproxy/go-control-plane/envoy", "google.golang.org/grpc", "google.golang.org/protobuf", "github.com/prometheus/client_golang"},
 }
 
-// leaves never read the clock, log or start goroutines (DESIGN.md §2): time
-// is the caller's now, and their callers own every goroutine.
+// leaves never read the clock, log or start goroutines (docs/ARCHITECTURE.md):
+// time is the caller's now, and their callers own every goroutine.
 var leaves = map[string]bool{"limit": true, "table": true, "internal/wide": true, "bucket": true, "window": true, "ring": true, "rules": true}
 
 func TestImportDirection(t *testing.T) {
@@ -143,7 +144,7 @@ func checkFile(t *testing.T, path, pkg string) {
 		}
 		dep := strings.TrimPrefix(p, module+"/")
 		if !slices.Contains(allow, "*") && !slices.Contains(allow, dep) {
-			t.Errorf("%s: %s imports %s; allowed: %v (DESIGN.md §2)", path, pkg, dep, allow)
+			t.Errorf("%s: %s imports %s; allowed: %v (docs/ARCHITECTURE.md)", path, pkg, dep, allow)
 		}
 	}
 }

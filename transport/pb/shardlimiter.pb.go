@@ -242,7 +242,11 @@ type RateLimitRequest struct {
 	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	// The limited entity, e.g. "account:42". The ring routes on this field.
 	UniqueKey string `protobuf:"bytes,2,opt,name=unique_key,json=uniqueKey,proto3" json:"unique_key,omitempty"`
-	// Cost of this call; 0 peeks, negative is an error.
+	// Cost of this call. 0 (or the field left out, as proto3 and JSON allow)
+	// is a PEEK: the answer shows the key's state and takes nothing, so a
+	// caller that never sets hits is never limited. Send 1 for one request.
+	// Peeks are counted apart on the server (outcome "peek" of
+	// shardlimiter_server_checks_total). Negative is an error.
 	Hits int64 `protobuf:"varint,3,opt,name=hits,proto3" json:"hits,omitempty"`
 	// Hits allowed per duration_ms (and the bucket capacity unless burst is set).
 	Limit int64 `protobuf:"varint,4,opt,name=limit,proto3" json:"limit,omitempty"`
@@ -395,7 +399,9 @@ type RateLimitResponse struct {
 	RetryAfterMs int64 `protobuf:"varint,5,opt,name=retry_after_ms,json=retryAfterMs,proto3" json:"retry_after_ms,omitempty"`
 	// LEAKY_BUCKET: admitted, but wait this long before acting.
 	DelayMs int64 `protobuf:"varint,6,opt,name=delay_ms,json=delayMs,proto3" json:"delay_ms,omitempty"`
-	// Non-empty when this item failed; the other items still answer.
+	// Non-empty when this item failed; the other items still answer. A
+	// failed item's status is OVER_LIMIT (and retry_after_ms 0), so that a
+	// caller that reads only status fails closed instead of admitting.
 	Error string `protobuf:"bytes,7,opt,name=error,proto3" json:"error,omitempty"`
 	// At least "owner": the node that decided (in a ForwardRateLimitsResponse
 	// it is left out when it is the response's owner). A failed item also has
