@@ -1,6 +1,7 @@
 package peer
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -51,8 +52,8 @@ const DefaultSnapshotInterval = 10 * time.Second
 
 // durable is a node's snapshot state; nil without Config.StateDir.
 type durable struct {
-	dir      string
-	interval time.Duration
+	dir, name string // the snapshot file: snapshot.Path(dir, name)
+	interval  time.Duration
 	// dirty: something was decided or merged here since the last snapshot
 	// began. Set on the check path only when clear (a load, rarely a
 	// store), cleared by a snapshot as it starts.
@@ -78,7 +79,7 @@ func newDurable(cfg Config) *durable {
 	if cfg.StateDir == "" {
 		return nil
 	}
-	d := &durable{dir: cfg.StateDir, interval: cfg.SnapshotInterval}
+	d := &durable{dir: cfg.StateDir, name: cmp.Or(cfg.SnapshotName, cfg.Name), interval: cfg.SnapshotInterval}
 	if d.interval <= 0 {
 		d.interval = DefaultSnapshotInterval
 	}
@@ -140,15 +141,15 @@ func (n *Node) Restore() error {
 	if err := os.MkdirAll(d.dir, 0o750); err != nil {
 		return fmt.Errorf("peer: state dir: %w", err)
 	}
-	if k := snapshot.RemoveTemp(d.dir, n.cfg.Name); k > 0 {
+	if k := snapshot.RemoveTemp(d.dir, d.name); k > 0 {
 		n.log.Info("snapshot: removed unfinished writes", "files", k)
 	}
-	path := snapshot.Path(d.dir, n.cfg.Name)
+	path := snapshot.Path(d.dir, d.name)
 	start := time.Now()
 	now := n.cfg.Now().UnixNano()
 	var loaded, bad int
 	var first error
-	info, err := snapshot.Load(d.dir, n.cfg.Name, func(ks limit.KeyState) error {
+	info, err := snapshot.Load(d.dir, d.name, func(ks limit.KeyState) error {
 		if int(ks.Algorithm) >= len(n.limiters) {
 			bad++
 			return nil
@@ -222,7 +223,7 @@ func (n *Node) writeSnapshot() {
 	}
 	start := time.Now()
 	now := n.cfg.Now().UnixNano()
-	info, err := snapshot.Write(d.dir, n.cfg.Name, now, func(w *snapshot.Writer) error {
+	info, err := snapshot.Write(d.dir, d.name, now, func(w *snapshot.Writer) error {
 		var werr error
 		for a, l := range n.limiters {
 			l.Range(func(key string) bool {

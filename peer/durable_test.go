@@ -277,3 +277,30 @@ func TestRestoredKeysReachTheirOwners(t *testing.T) {
 		t.Errorf("owners %v: want keys on both nodes, so that some moved", owners)
 	}
 }
+
+// A node of another name with the same SnapshotName (the next pod of a
+// DaemonSet on the same host) restores its predecessor's file.
+func TestSnapshotNameOutlivesNodeName(t *testing.T) {
+	t.Parallel()
+	dir, clk := t.TempDir(), newClock()
+	r := rule(limit.FixedWindow, 10, time.Hour)
+	var counts []int64
+	for _, name := range []string{"pod-a", "pod-b"} {
+		n, err := New(Config{Name: name, SnapshotName: "host-1", Now: clk.Now, StateDir: dir})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := n.Restore(); err != nil {
+			t.Fatal(err)
+		}
+		spend(t, n, "k", r, 3)
+		counts = append(counts, peekRemaining(t, n, "k", r))
+		n.writeSnapshot()
+	}
+	if counts[1] != 4 {
+		t.Errorf("the second pod's remaining %d after 3 more hits, want 4 (its predecessor's 3 restored)", counts[1])
+	}
+	if _, err := os.Stat(snapshot.Path(dir, "host-1")); err != nil {
+		t.Errorf("no file named after SnapshotName: %v", err)
+	}
+}

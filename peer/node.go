@@ -111,9 +111,14 @@ type Config struct {
 	// so in its log and a metric and leaves anyway.
 	HandoffTimeout time.Duration
 	// StateDir is the directory of this node's snapshot file (see
-	// durable.go; the file is named after Name, so nodes may share it).
+	// durable.go; the file is named after SnapshotName, so nodes may share
+	// the directory).
 	// Empty keeps state in memory only: a stop of every node loses it.
 	StateDir string
+	// SnapshotName names the snapshot file in StateDir; empty means Name.
+	// Nodes that replace each other on one host (pods of a DaemonSet, whose
+	// names change) share one, so that each finds its predecessor's file.
+	SnapshotName string
 	// SnapshotInterval is how often the snapshot is written when something
 	// changed; 0 means DefaultSnapshotInterval. A crash of every node loses
 	// at most this much of each key's hits; shorter costs a write of every

@@ -54,8 +54,10 @@ func TestConfigFlagsEnvironmentAndPrecedence(t *testing.T) {
 			func(c config) bool { return c.logLevel == slog.LevelDebug && c.logFormat == "json" }},
 		{"node name and advertise", []string{"--node-name", "n1", "--advertise-addr", "10.1.2.3"}, env(),
 			func(c config) bool { return c.nodeName == "n1" && advertiseHost(c) == "10.1.2.3" }},
-		{"state dir", []string{"--snapshot-interval", "3s"}, env("SHARDLIMITER_STATE_DIR", "/var/lib/x"),
-			func(c config) bool { return c.stateDir == "/var/lib/x" && c.snapshotEvery == 3*time.Second }},
+		{"state dir", []string{"--snapshot-interval", "3s"}, env("SHARDLIMITER_STATE_DIR", "/var/lib/x", "SHARDLIMITER_SNAPSHOT_NAME", "k8s-node-1"),
+			func(c config) bool {
+				return c.stateDir == "/var/lib/x" && c.snapshotEvery == 3*time.Second && c.snapshotName == "k8s-node-1"
+			}},
 	}
 	for _, tc := range cases {
 		c, err := parseConfig(tc.args, tc.env, &bytes.Buffer{})

@@ -147,6 +147,7 @@ func newServer(cfg config, log *slog.Logger) (s *server, err error) {
 		HandoffTimeout:      cfg.handoff,
 		StateDir:            cfg.stateDir,
 		SnapshotInterval:    cfg.snapshotEvery,
+		SnapshotName:        cfg.snapshotName,
 		Registerer:          reg,
 		Logger:              log,
 	})
