@@ -21,7 +21,7 @@ import (
 )
 
 // overlays are the deployable kustomizations, relative to this directory.
-var overlays = []string{"overlays/daemonset", "overlays/sidecar", "overlays/secure"}
+var overlays = []string{"overlays/daemonset", "overlays/sidecar", "overlays/secure", "overlays/durable"}
 
 // rendered is one overlay's output, decoded into typed objects.
 type rendered struct {

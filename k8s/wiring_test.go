@@ -28,6 +28,7 @@ var overlayWants = map[string]overlayWant{
 	"overlays/daemonset": {kind: "DaemonSet", localTraffic: true},
 	"overlays/sidecar":   {kind: "Deployment", nativeSidecar: true},
 	"overlays/secure":    {kind: "DaemonSet", localTraffic: true},
+	"overlays/durable":   {kind: "DaemonSet", localTraffic: true},
 }
 
 func TestWiring(t *testing.T) {
