@@ -45,7 +45,7 @@ import (
 
 // DefaultSnapshotInterval is the snapshot interval when Config leaves it 0.
 // A SIGKILL of every node loses at most this much of each key's hits. 10 s
-// keeps the cost small (a write of 1M keys takes about a second of one core:
+// keeps the cost small (a write of 1M keys takes 0.5–0.8 s of one core:
 // docs/DURABILITY.md), while a day's or a month's limit loses a negligible
 // share of its count; per-second limits lose nothing that matters.
 const DefaultSnapshotInterval = 10 * time.Second

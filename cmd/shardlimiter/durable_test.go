@@ -33,6 +33,19 @@ func hourlyRule(now time.Time, margin time.Duration, lim int64) limit.Rule {
 	}
 }
 
+// calendarRule returns a calendar FIXED_WINDOW rule, the month's unless
+// it ends within margin (then the week's or the year's).
+func calendarRule(now time.Time, margin time.Duration, lim int64) limit.Rule {
+	c := limit.CalendarMonth
+	for _, cand := range []limit.Calendar{limit.CalendarMonth, limit.CalendarWeek, limit.CalendarYear} {
+		if _, end := cand.Window(now.UnixNano()); time.Duration(end-now.UnixNano()) >= margin {
+			c = cand
+			break
+		}
+	}
+	return limit.Rule{Algorithm: limit.FixedWindow, Calendar: c, Period: c.Period(), Limit: lim}
+}
+
 // durableCluster is three real processes sharing one --state-dir.
 type durableCluster struct {
 	t     *testing.T
@@ -147,7 +160,7 @@ func TestStateSurvivesStopOfEveryNode(t *testing.T) {
 	const keys = 30
 	rules := map[string]limit.Rule{
 		"hourly":  hourlyRule(time.Now(), 5*time.Minute, 1000),
-		"monthly": {Algorithm: limit.FixedWindow, Calendar: limit.CalendarMonth, Period: limit.CalendarMonth.Period(), Limit: 1000},
+		"monthly": calendarRule(time.Now(), 5*time.Minute, 1000),
 	}
 	sent := map[string][]int64{}
 	for name, r := range rules {
@@ -250,7 +263,7 @@ func TestDamagedSnapshotRefused(t *testing.T) {
 	bin := buildBinary(t)
 	host := "127.0.0.93"
 	dir := t.TempDir()
-	r := limit.Rule{Algorithm: limit.FixedWindow, Calendar: limit.CalendarMonth, Period: limit.CalendarMonth.Period(), Limit: 100}
+	r := calendarRule(time.Now(), 5*time.Minute, 100)
 	for _, damage := range []string{"truncated", "garbled"} {
 		port := freeGossipPort(t, host)
 		c := &durableCluster{t: t, bin: bin, hosts: []string{host}, port: port, extra: []string{"--state-dir", dir}, procs: make([]*proc, 1)}
