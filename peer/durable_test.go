@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/goleak"
 
 	"github.com/shardlimiter/shardlimiter/internal/poll"
 
@@ -214,11 +215,13 @@ func TestSnapshotSkipsWhenUnchanged(t *testing.T) {
 	}
 }
 
-// Run writes a last snapshot when it ends.
+// Run writes a last snapshot when it ends, and leaves no goroutine behind.
+// Not parallel: it checks for leaks.
 func TestRunWritesSnapshotAtStop(t *testing.T) {
-	t.Parallel()
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	dir, clk := t.TempDir(), newClock()
 	n, _ := newDurableNode(t, dir, clk)
+	n.dur.interval = time.Millisecond // the loop writes too, meanwhile
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
 	go func() { done <- n.Run(ctx) }()
