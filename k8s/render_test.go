@@ -42,6 +42,7 @@ var sources = []source{
 	{name: "overlays/daemonset", dir: "overlays/daemonset", want: overlayWant{kind: "DaemonSet", localTraffic: true}},
 	{name: "overlays/sidecar", dir: "overlays/sidecar", want: overlayWant{kind: "Deployment", nativeSidecar: true}},
 	{name: "overlays/secure", dir: "overlays/secure", want: overlayWant{kind: "DaemonSet", localTraffic: true, secure: true}},
+	{name: "overlays/durable", dir: "overlays/durable", want: overlayWant{kind: "DaemonSet", localTraffic: true}},
 	{name: "chart/daemonset", dir: chartDir, chart: &chartValues{},
 		want: overlayWant{kind: "DaemonSet", localTraffic: true}},
 	{name: "chart/deployment", dir: chartDir, chart: &chartValues{files: []string{chartDir + "/examples/deployment-values.yaml"}},

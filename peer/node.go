@@ -111,6 +111,20 @@ type Config struct {
 	// this node's keys (see handoff.go); 0 means 5 s. Past it the node says
 	// so in its log and a metric and leaves anyway.
 	HandoffTimeout time.Duration
+	// StateDir is the directory of this node's snapshot file (see
+	// durable.go; the file is named after SnapshotName, so nodes may share
+	// the directory).
+	// Empty keeps state in memory only: a stop of every node loses it.
+	StateDir string
+	// SnapshotName names the snapshot file in StateDir; empty means Name.
+	// Nodes that replace each other on one host (pods of a DaemonSet, whose
+	// names change) share one, so that each finds its predecessor's file.
+	SnapshotName string
+	// SnapshotInterval is how often the snapshot is written when something
+	// changed; 0 means DefaultSnapshotInterval. A crash of every node loses
+	// at most this much of each key's hits; shorter costs a write of every
+	// key held that much more often.
+	SnapshotInterval time.Duration
 	// Registerer receives the node's metrics; nil registers nothing.
 	Registerer prometheus.Registerer
 	// Logger receives the node's logs; nil discards them.
@@ -167,6 +181,7 @@ type Node struct {
 	log      *slog.Logger
 	limiters [5]limiter    // by limit.Algorithm
 	budget   *table.Budget // nil without Config.MaxMemory
+	dur      *durable      // nil without Config.StateDir
 	view     atomic.Pointer[view]
 	// rebuildMu serializes rebuilds (the membership watcher and Leave), so
 	// that one which read leaving as false cannot store its ring after
@@ -244,6 +259,7 @@ func New(cfg Config) (*Node, error) {
 	// which tests may hold still.
 	n.peers.now = func() int64 { return time.Now().UnixNano() }
 	n.m = newMetrics(cfg.Registerer, n)
+	n.dur = newDurable(cfg)
 	self, err := ring.New([]ring.Member{n.selfMember()}, 0, cfg.Ring)
 	if err != nil {
 		return nil, err
@@ -267,8 +283,9 @@ func peerAddr(m ring.Member) string { return cmp.Or(m.PeerAddr, m.Addr) }
 // Name returns the node's name.
 func (n *Node) Name() string { return n.cfg.Name }
 
-// Run serves gossip, rebuilds the ring on membership changes and sweeps
-// idle keys until ctx is done, then closes the peer clients. It returns
+// Run serves gossip, rebuilds the ring on membership changes, sweeps idle
+// keys and writes snapshots (Config.StateDir) until ctx is done, then
+// writes a last snapshot and closes the peer clients. It returns
 // after everything it started has exited.
 func (n *Node) Run(ctx context.Context) error {
 	// A gossip failure must stop the watcher and sweeper too, or wg.Wait
@@ -288,6 +305,9 @@ func (n *Node) Run(ctx context.Context) error {
 	wg.Go(func() { n.sweepLoop(ctx) })
 	wg.Go(func() { n.handoffLoop(ctx) })
 	wg.Go(func() { n.replicateLoop(ctx) })
+	if n.dur != nil {
+		wg.Go(func() { n.snapshotLoop(ctx) })
+	}
 	var err error
 	select {
 	case <-ctx.Done():
@@ -295,6 +315,11 @@ func (n *Node) Run(ctx context.Context) error {
 	}
 	cancel()
 	wg.Wait()
+	if n.dur != nil {
+		// Last: the handoff of Leave is done and the caller has stopped
+		// its servers, so this holds everything decided here.
+		n.writeSnapshot()
+	}
 	n.peers.closeAll()
 	return err
 }
@@ -348,6 +373,7 @@ func (n *Node) rebuild(members []ring.Member) error {
 	n.ho.deciding.Lock()
 	old := n.view.Load()
 	n.view.Store(v)
+	restorePush := false
 	if old != nil {
 		from := old
 		if old.snap.Len() == 1 && v.backup != nil && !n.clustered && !n.decidedAlone.Load() {
@@ -360,12 +386,18 @@ func (n *Node) rebuild(members []ring.Member) error {
 			// early push skip its pulls, and the old owner decided on
 			// while the new one started from nothing).
 			from = &view{snap: v.backup, self: -1}
+			// Keys restored from a snapshot that the others own go to
+			// them all the same (restorePushes).
+			restorePush = true
 		}
 		n.pushed = n.planHandoff(from, v)
 	}
 	n.ho.deciding.Unlock()
 	if snap.Len() > 1 {
 		n.clustered = true
+		if n.dur != nil && n.dur.restored.Swap(false) && restorePush {
+			n.restorePushes(v)
+		}
 	}
 	// Changes are tracked only while there is someone to replicate to.
 	track := n.cfg.ReplicationInterval > 0 && snap.Len() > 1

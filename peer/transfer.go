@@ -45,6 +45,9 @@ type job struct {
 	parts        []int
 	why          limit.Transfer
 	pushed       chan struct{} // push: closed when answered
+	// keysOnly: a push of keys held here that hands over no partition
+	// (restorePushes): the receiver merges them and marks nothing.
+	keysOnly bool
 }
 
 // planHandoff marks the partitions whose owner changed from old to cur and
@@ -343,9 +346,16 @@ func (n *Node) runPush(ctx context.Context, j job) {
 	defer n.pushDone(j)
 	n.ho.drain()
 	keys := n.exportPartitions(j.parts)
+	parts := j.parts
+	if j.keysOnly {
+		if len(keys) == 0 {
+			return
+		}
+		parts = nil
+	}
 	var err error
 	for try := range transferRetries {
-		if err = n.pushTo(ctx, j.peer, j.why, j.parts, keys); err == nil || ctx.Err() != nil {
+		if err = n.pushTo(ctx, j.peer, j.why, parts, keys); err == nil || ctx.Err() != nil {
 			break
 		}
 		n.log.Debug("handoff: push failed, retrying", "to", j.peer.Name, "try", try+1, "err", err)
@@ -452,6 +462,9 @@ func (n *Node) importKeys(keys []limit.KeyState, why limit.Transfer) {
 		}
 	}
 	n.m.transferReceived[why].Add(float64(len(keys) - bad))
+	if len(keys) > bad {
+		n.dur.changed()
+	}
 	if bad > 0 {
 		n.m.transferMalformed.Add(float64(bad))
 		n.log.Warn("state transfer: keys refused", "transfer", why.String(), "refused", bad, "of", len(keys), "err", first)

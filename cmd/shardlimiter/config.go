@@ -41,6 +41,9 @@ type config struct {
 	peerTimeout   time.Duration
 	replication   time.Duration
 	handoff       time.Duration
+	stateDir      string        // empty: state in memory only
+	snapshotEvery time.Duration // with stateDir
+	snapshotName  string        // empty: the node name
 	pprof         bool
 	rls           rlsConfig
 	maxInflight   int64  // client checks in flight; 0 = no bound
@@ -89,6 +92,9 @@ func newFlagSet(name string, out io.Writer) (*flag.FlagSet, map[string]*string) 
 	def("peer-timeout", "1s", "deadline of one forwarding RPC to a peer")
 	def("replication-interval", "100ms", "how often changed keys are sent to the node that would own them next, so a crash loses at most this much of each key's hits; 0 turns replication off")
 	def("handoff-timeout", "5s", "on SIGTERM: how long to wait for the new owners to take this node's keys before exiting anyway")
+	def("state-dir", "", "directory of this node's snapshot file (named after --node-name, so nodes may share it): key states are written there every --snapshot-interval and at stop, and merged back at start, so counts survive a stop of every node; empty = memory only")
+	def("snapshot-name", "", "with --state-dir: the name of this node's snapshot file; give the processes that replace each other on one host the same name (in Kubernetes, the node's name) so that each finds its predecessor's file; default: --node-name")
+	def("snapshot-interval", "10s", "with --state-dir: how often the snapshot is written when something changed; a crash of every node loses at most this much of each key's hits")
 	def("max-inflight", "auto", "most client checks (gRPC and HTTP, weighted by batch size) in progress at once; a call past it is refused at once with RESOURCE_EXHAUSTED / HTTP 429 and a retry delay; auto = 8 × GOMAXPROCS × --max-batch; 0 = no bound")
 	def("max-peer-inflight", "auto", "most forwarded checks and state keys in progress at once on the peer listener, a bound of its own so client floods cannot starve owners; auto = 2 × the automatic --max-inflight; 0 = no bound")
 	def("max-memory", "auto", "the node's memory budget: 512MiB, 2GiB, 1G (10^9) or plain bytes; the tables keep within a share of it and the Go runtime collects before it is reached (unless GOMEMLIMIT is set); auto = the cgroup memory limit, else 2GiB; the Go runtime's soft limit is 90% of it, the tables' byte budget half")
@@ -219,6 +225,10 @@ func validate(raw map[string]*string, fromEnv map[string]bool) (config, error) {
 	}
 	if c.handoff, err = time.ParseDuration(*raw["handoff-timeout"]); err != nil || c.handoff <= 0 {
 		bad("handoff-timeout", "want a positive duration like 5s, got %q", *raw["handoff-timeout"])
+	}
+	c.stateDir, c.snapshotName = *raw["state-dir"], *raw["snapshot-name"]
+	if c.snapshotEvery, err = time.ParseDuration(*raw["snapshot-interval"]); err != nil || c.snapshotEvery <= 0 {
+		bad("snapshot-interval", "want a positive duration like 10s, got %q", *raw["snapshot-interval"])
 	}
 	if p := c.peerTLS; p != (tlsFiles{}) && (p.cert == "" || p.key == "" || p.ca == "") {
 		bad("peer-tls-cert-file", "peer mTLS needs all three of --peer-tls-cert-file, --peer-tls-key-file and --peer-tls-ca-file")

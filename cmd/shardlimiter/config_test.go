@@ -54,6 +54,10 @@ func TestConfigFlagsEnvironmentAndPrecedence(t *testing.T) {
 			func(c config) bool { return c.logLevel == slog.LevelDebug && c.logFormat == "json" }},
 		{"node name and advertise", []string{"--node-name", "n1", "--advertise-addr", "10.1.2.3"}, env(),
 			func(c config) bool { return c.nodeName == "n1" && advertiseHost(c) == "10.1.2.3" }},
+		{"state dir", []string{"--snapshot-interval", "3s"}, env("SHARDLIMITER_STATE_DIR", "/var/lib/x", "SHARDLIMITER_SNAPSHOT_NAME", "k8s-node-1"),
+			func(c config) bool {
+				return c.stateDir == "/var/lib/x" && c.snapshotEvery == 3*time.Second && c.snapshotName == "k8s-node-1"
+			}},
 	}
 	for _, tc := range cases {
 		c, err := parseConfig(tc.args, tc.env, &bytes.Buffer{})
@@ -82,6 +86,7 @@ func TestConfigRejectsBadValues(t *testing.T) {
 		{[]string{"--fail-policy", "maybe"}, env(), "--fail-policy: want local, open or closed"},
 		{[]string{"--shutdown-grace", "soon"}, env(), "--shutdown-grace"},
 		{[]string{"--peer-addr", "x"}, env(), "--peer-addr: want host:port"},
+		{[]string{"--snapshot-interval", "0s"}, env(), "--snapshot-interval: want a positive duration"},
 		{[]string{"--health-addr", "8083"}, env(), "--health-addr: want host:port"},
 		{[]string{"--peer-tls-cert-file", "a", "--peer-tls-key-file", "b"}, env(), "needs all three"},
 		{[]string{"--tls-cert-file", "a"}, env(), "needs both"},

@@ -145,10 +145,18 @@ func newServer(cfg config, log *slog.Logger) (s *server, err error) {
 		Peer:                peerCfg,
 		ReplicationInterval: cfg.replication,
 		HandoffTimeout:      cfg.handoff,
+		StateDir:            cfg.stateDir,
+		SnapshotInterval:    cfg.snapshotEvery,
+		SnapshotName:        cfg.snapshotName,
 		Registerer:          reg,
 		Logger:              log,
 	})
 	if err != nil {
+		return nil, err
+	}
+	// Before anything serves: a check decided before the merge would be
+	// counted from a fresh key.
+	if err = s.node.Restore(); err != nil {
 		return nil, err
 	}
 	if s.rls, err = newRLS(cfg.rls, s.node, clientBound, bodyBytes, tm, reg, log); err != nil {
@@ -247,7 +255,8 @@ const drainPoll = 50 * time.Millisecond
 //     stop sending here (skipped, or cut short, when no other member is
 //     left to re-route to);
 //  3. stop the listeners, answering every request already accepted;
-//  4. stop gossip, the sweeper and the peer clients.
+//  4. stop gossip, the sweeper and the peer clients, and write the last
+//     snapshot (--state-dir).
 func (s *server) serve(ctx context.Context, stdout io.Writer) error {
 	nodeCtx, stopNode := context.WithCancel(context.Background())
 	defer stopNode()

@@ -29,7 +29,7 @@ var allowed = map[string][]string{
 	"gossip":            {"ring"},
 	"transport":         {"limit", "transport/pb", "transport/internal/wire"},
 	"transport/pb":      {},
-	"peer":              {"limit", "table", "bucket", "window", "ring", "transport"},
+	"peer":              {"limit", "table", "bucket", "window", "ring", "transport", "snapshot"},
 	"cmd/shardlimiter":  {"*"},
 	"loadtest":          {"limit", "transport", "internal/wide", "client"},
 	"internal/archtest": {},
@@ -57,6 +57,9 @@ var allowed = map[string][]string{
 	// rules reads files but starts nothing; rulesfile owns the goroutine.
 	"rules":           {"limit"},
 	"rules/rulesfile": {"rules"},
+	// The snapshot file of a node's key states (--state-dir): reads and
+	// writes files, starts nothing; peer decides when.
+	"snapshot": {"limit"},
 	// Envoy's rate-limit service: proto types of go-control-plane stay in it.
 	"rls": {"limit", "rules", "transport"},
 }
@@ -78,6 +81,7 @@ var thirdParty = map[string][]string{
 
 	"rules":           {"go.yaml.in/yaml/v3"},
 	"rules/rulesfile": {},
+	"snapshot":        {},
 	"rls":             {"github.com/envoyproxy/go-control-plane/envoy", "google.golang.org/grpc", "google.golang.org/protobuf", "github.com/prometheus/client_golang"},
 }
 
