@@ -145,6 +145,7 @@ func newServer(cfg config, log *slog.Logger) (s *server, err error) {
 		Peer:                peerCfg,
 		ReplicationInterval: cfg.replication,
 		HandoffTimeout:      cfg.handoff,
+		MetricsMaxRules:     cfg.metricsMaxRules,
 		Registerer:          reg,
 		Logger:              log,
 	})
