@@ -113,7 +113,7 @@ func newFlagSet(name string, out io.Writer) (*flag.FlagSet, map[string]*string) 
 	raw["pprof"] = (*string)(&pprof)
 	fs.Var(&pprof, "pprof", "serve Go profiles at /debug/pprof/ on the HTTP address, for operators profiling a node (env "+envName("pprof")+")")
 	fs.Usage = func() {
-		fmt.Fprintf(out, "Usage: %s [flags]\n       %s check [flags]   (a one-off check against a server; see %s check -h)\n\nEvery flag can also be set by its environment variable.\n\nFlags:\n", name, name, name)
+		fmt.Fprintf(out, "Usage: %s [flags]\n       %s check [flags]   (a one-off check against a server; see %s check -h)\n       %s inspect key|match [flags]   (a key's state, or the rule descriptors match, without counting)\n\nEvery flag can also be set by its environment variable.\n\nFlags:\n", name, name, name, name)
 		fs.PrintDefaults()
 	}
 	return fs, raw
