@@ -30,6 +30,8 @@ func TestRuleValidate(t *testing.T) {
 		{"min interval on the log", func(r *Rule) { r.Algorithm = SlidingLog; r.MinInterval = time.Second }, ""},
 		{"log limit at the bound", func(r *Rule) { r.Algorithm = SlidingLog; r.Limit = MaxLogLimit }, ""},
 		{"log limit too large", func(r *Rule) { r.Algorithm = SlidingLog; r.Limit = MaxLogLimit + 1 }, "SLIDING_LOG limit must be <="},
+		{"log with overdraft at the bound", func(r *Rule) { r.Algorithm = SlidingLog; r.Limit = MaxLogLimit; r.Behavior = Overdraft }, "with OVERDRAFT"},
+		{"log with overdraft under the bound", func(r *Rule) { r.Algorithm = SlidingLog; r.Limit = MaxLogLimit - 1; r.Behavior = Overdraft }, ""},
 		{"log limit of 100000", func(r *Rule) { r.Algorithm = SlidingLog; r.Limit = 100_000 },
 			"SLIDING_LOG limit must be <= 65536 (the log keeps one entry per admitted action); use SLIDING_WINDOW for larger limits, got 100000"},
 		{"window limit of 100000", func(r *Rule) { r.Algorithm = SlidingWindow; r.Limit = 100_000 }, ""},

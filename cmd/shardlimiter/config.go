@@ -101,9 +101,15 @@ func newFlagSet(name string, out io.Writer) (*flag.FlagSet, map[string]*string) 
 	def("metrics-max-rules", "1000", "most rule names with per-rule metric series of their own (native names; rules of the rules file each count one); checks of further names are counted under rule=\"other\"")
 	def("metrics-max-detailed", "0", "most series of detailed_metric rules (their descriptor values in the rule label, as envoyproxy/ratelimit's detailed_metric); further values are counted under their rule's path; 0 = detailed_metric is ignored")
 	def("config", "", "comma-separated rules files or directories (envoyproxy/ratelimit's YAML; docs/RULES.md), reloaded when they change; empty = no rules")
+	def("rls-headers-format", "ietf", "Envoy rate-limit service, with --rls-headers: ietf (RateLimit and RateLimit-Policy, draft-ietf-httpapi-ratelimit-headers-11) or ratelimit (envoyproxy/ratelimit's RateLimit-Limit, RateLimit-Remaining, RateLimit-Reset)")
+	def("rls-header-limit", "RateLimit-Limit", "Envoy rate-limit service: name of the limit header of --rls-headers-format ratelimit")
+	def("rls-header-remaining", "RateLimit-Remaining", "Envoy rate-limit service: name of the remaining header of --rls-headers-format ratelimit")
+	def("rls-header-reset", "RateLimit-Reset", "Envoy rate-limit service: name of the reset header of --rls-headers-format ratelimit")
 	for name, usage := range map[string]string{
-		"shadow-mode": "Envoy rate-limit service: count and report every rule, but always answer OK",
-		"rls-headers": "Envoy rate-limit service: add the IETF RateLimit and RateLimit-Policy response headers",
+		"shadow-mode":                        "Envoy rate-limit service: count and report every rule, but always answer OK",
+		"rls-headers":                        "Envoy rate-limit service: add rate-limit response headers for the descriptor closest to its limit (format: --rls-headers-format)",
+		"rls-stop-increment-when-over-limit": "Envoy rate-limit service: count only the hits a descriptor admits (envoyproxy/ratelimit's STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT); by default every hit counts, past the limit",
+		"rls-dynamic-metadata":               "Envoy rate-limit service: return envoyproxy/ratelimit's dynamic metadata (domain, descriptors, hitsAddend, the metadata of the rules that passed), as its RESPONSE_DYNAMIC_METADATA",
 	} {
 		b := boolString("false")
 		raw[name] = (*string)(&b)

@@ -21,11 +21,15 @@ import (
 )
 
 // rlsConfig is the command line of the rules and of Envoy's rate-limit
-// service (--config, --shadow-mode, --rls-headers).
+// service (--config, --shadow-mode, --rls-*).
 type rlsConfig struct {
-	files   []string // rules files or directories; none: no rules
-	shadow  bool
-	headers bool
+	files         []string // rules files or directories; none: no rules
+	shadow        bool
+	headers       bool
+	headersFormat rls.HeadersFormat
+	headerNames   rls.HeaderNames
+	stopIncrement bool
+	metadata      bool
 }
 
 // parseRLS validates the rules flags.
@@ -41,10 +45,36 @@ func parseRLS(raw map[string]*string) (rlsConfig, error) {
 	if c.shadow, err = strconv.ParseBool(*raw["shadow-mode"]); err != nil {
 		errs = append(errs, fmt.Errorf("--shadow-mode: want true or false, got %q", *raw["shadow-mode"]))
 	}
-	if c.headers, err = strconv.ParseBool(*raw["rls-headers"]); err != nil {
-		errs = append(errs, fmt.Errorf("--rls-headers: want true or false, got %q", *raw["rls-headers"]))
+	for name, b := range map[string]*bool{"rls-headers": &c.headers, "rls-stop-increment-when-over-limit": &c.stopIncrement, "rls-dynamic-metadata": &c.metadata} {
+		if *b, err = strconv.ParseBool(*raw[name]); err != nil {
+			errs = append(errs, fmt.Errorf("--%s: want true or false, got %q", name, *raw[name]))
+		}
+	}
+	if c.headersFormat, err = rls.ParseHeadersFormat(*raw["rls-headers-format"]); err != nil {
+		errs = append(errs, fmt.Errorf("--rls-headers-format: %w", err))
+	}
+	c.headerNames = rls.HeaderNames{Limit: *raw["rls-header-limit"], Remaining: *raw["rls-header-remaining"], Reset: *raw["rls-header-reset"]}
+	for name, v := range map[string]string{"rls-header-limit": c.headerNames.Limit, "rls-header-remaining": c.headerNames.Remaining, "rls-header-reset": c.headerNames.Reset} {
+		if !validHeaderName(v) {
+			errs = append(errs, fmt.Errorf("--%s: %q is not an HTTP header name", name, v))
+		}
 	}
 	return c, errors.Join(errs...)
+}
+
+// validHeaderName reports whether s is an HTTP field name (RFC 9110 token).
+func validHeaderName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0 {
+			continue
+		}
+		return false
+	}
+	return true
 }
 
 // rulesReload is how often the rules files are read for changes: a new
@@ -97,7 +127,9 @@ func newRLS(cfg rlsConfig, checker transport.Checker, bound, bodyBytes *transpor
 		JSONChecker: transport.BoundChecker(checker, bound, tm, transport.ListenerHTTP),
 		BodyBytes:   bodyBytes,
 		Telemetry:   tm,
-		Rules:       r.store, Shadow: cfg.shadow, Headers: cfg.headers, Registerer: reg,
+		Rules:       r.store, Shadow: cfg.shadow, Registerer: reg,
+		Headers: cfg.headers, HeadersFormat: cfg.headersFormat, HeaderNames: cfg.headerNames,
+		StopIncrementWhenOverLimit: cfg.stopIncrement, DynamicMetadata: cfg.metadata,
 	})
 	r.at.Store(time.Now().Unix())
 	return r, nil

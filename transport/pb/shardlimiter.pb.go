@@ -85,6 +85,11 @@ const (
 	Behavior_RESET Behavior = 1
 	// Rejected hits still consume capacity.
 	Behavior_COUNT_REJECTED Behavior = 2
+	// Every hit counts, admitted or not, and the count may pass the limit
+	// (envoyproxy/ratelimit's counting, which token quotas need: report the
+	// tokens used, and the next check is refused while over). A check with
+	// hits 0 is then OVER_LIMIT only when the key is already over its limit.
+	Behavior_OVERDRAFT Behavior = 4
 )
 
 // Enum value maps for Behavior.
@@ -93,11 +98,13 @@ var (
 		0: "DEFAULT",
 		1: "RESET",
 		2: "COUNT_REJECTED",
+		4: "OVERDRAFT",
 	}
 	Behavior_value = map[string]int32{
 		"DEFAULT":        0,
 		"RESET":          1,
 		"COUNT_REJECTED": 2,
+		"OVERDRAFT":      4,
 	}
 )
 
@@ -717,11 +724,12 @@ const file_shardlimiter_v1_shardlimiter_proto_rawDesc = "" +
 	"\fLEAKY_BUCKET\x10\x01\x12\x10\n" +
 	"\fFIXED_WINDOW\x10\x02\x12\x12\n" +
 	"\x0eSLIDING_WINDOW\x10\x03\x12\x0f\n" +
-	"\vSLIDING_LOG\x10\x04*6\n" +
+	"\vSLIDING_LOG\x10\x04*E\n" +
 	"\bBehavior\x12\v\n" +
 	"\aDEFAULT\x10\x00\x12\t\n" +
 	"\x05RESET\x10\x01\x12\x12\n" +
-	"\x0eCOUNT_REJECTED\x10\x02*)\n" +
+	"\x0eCOUNT_REJECTED\x10\x02\x12\r\n" +
+	"\tOVERDRAFT\x10\x04*)\n" +
 	"\x06Status\x12\x0f\n" +
 	"\vUNDER_LIMIT\x10\x00\x12\x0e\n" +
 	"\n" +

@@ -30,7 +30,7 @@ const (
 )
 
 // knownBehaviors are the Behavior flags this version understands.
-const knownBehaviors = limit.Reset | limit.CountRejected
+const knownBehaviors = limit.Reset | limit.CountRejected | limit.Overdraft
 
 // UnknownAlgorithm is the Failed.Algorithm of an item whose algorithm is
 // none of limit's.
