@@ -1,6 +1,7 @@
 package peer
 
 import (
+	"maps"
 	"sync"
 	"sync/atomic"
 
@@ -128,10 +129,7 @@ func (rm *ruleMetrics) add(name string) *ruleCounters {
 		return rm.other // a caller's own "other" shares the folded names' series
 	}
 	rc := rm.bind(name)
-	next := make(map[string]*ruleCounters, len(m)+1)
-	for k, v := range m {
-		next[k] = v
-	}
+	next := maps.Clone(m)
 	next[name] = rc
 	rm.names.Store(&next)
 	return rc

@@ -103,8 +103,9 @@ func alertRules(t *testing.T) []alertRule {
 var metricName = regexp.MustCompile(`\b(?:shardlimiter|process|go)_[a-z0-9_]+\b`)
 
 // exportedFamilies scrapes a node (client TLS on, so that the certificate
-// metrics exist; a check decided, so that the per-check series exist; a
-// rules file loaded) and returns its metric families and their types.
+// metrics exist; a check decided and a descriptor of the rules file
+// answered, so that the per-check and per-rule series exist) and returns
+// its metric families and their types.
 func exportedFamilies(t *testing.T) map[string]string {
 	t.Helper()
 	p := newPKI(t, "monitoring")
@@ -115,6 +116,12 @@ func exportedFamilies(t *testing.T) map[string]string {
 	client := httpsClient(p.client(t, nil))
 	resp, err := client.Post("https://"+s.http+"/v1/GetRateLimits", "application/json",
 		strings.NewReader(`{"requests":[{"name":"api","unique_key":"k","hits":1,"limit":5,"duration_ms":1000}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	resp, err = client.Post("https://"+s.http+"/json", "application/json", // the per-rule statistics of the rules
+		strings.NewReader(`{"domain":"shop","descriptors":[{"entries":[{"key":"tenant","value":"acme"}]}]}`))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -30,6 +30,7 @@ type rlsConfig struct {
 	headerNames   rls.HeaderNames
 	stopIncrement bool
 	metadata      bool
+	maxDetailed   int // --metrics-max-detailed (validated with the metrics flags)
 }
 
 // parseRLS validates the rules flags.
@@ -130,6 +131,7 @@ func newRLS(cfg rlsConfig, checker transport.Checker, bound, bodyBytes *transpor
 		Rules:       r.store, Shadow: cfg.shadow, Registerer: reg,
 		Headers: cfg.headers, HeadersFormat: cfg.headersFormat, HeaderNames: cfg.headerNames,
 		StopIncrementWhenOverLimit: cfg.stopIncrement, DynamicMetadata: cfg.metadata,
+		MetricsMaxDetailed: cfg.maxDetailed,
 	})
 	r.at.Store(time.Now().Unix())
 	return r, nil
