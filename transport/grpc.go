@@ -119,7 +119,7 @@ func NewGRPCServer(cfg GRPCConfig) *GRPCServer {
 		s.services = append(s.services, ClusterServiceName)
 	}
 	if cfg.Inspector != nil {
-		pb.RegisterInspectServer(s.srv, &inspectServer{in: cfg.Inspector})
+		pb.RegisterInspectServer(s.srv, &inspectServer{in: cfg.Inspector, inflight: cfg.InFlight, metrics: cfg.Metrics})
 		s.services = append(s.services, InspectServiceName)
 	}
 	if cfg.Register != nil {

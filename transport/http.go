@@ -40,7 +40,8 @@ type HTTPConfig struct {
 	// Cluster returns the cluster view served as JSON by GET /v1/cluster
 	// (members, ring version, this node). Nil: 404.
 	Cluster func() any
-	// Inspector answers GET /v1/keys (inspect.go). Nil: 404.
+	// Inspector answers GET /v1/keys (inspect.go); each inspection takes
+	// one unit of InFlight. Nil: 404.
 	Inspector Inspector
 	// Telemetry records every POST /v1/GetRateLimits; nil records nothing.
 	Telemetry *Metrics

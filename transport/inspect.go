@@ -124,23 +124,32 @@ func inspectionToPB(in limit.Inspection) *pb.InspectKeyResponse {
 // inspectServer adapts an Inspector to the generated service.
 type inspectServer struct {
 	pb.UnimplementedInspectServer
-	in Inspector
+	in       Inspector
+	inflight *InFlight
+	metrics  *Metrics
 }
 
 func (s *inspectServer) InspectKey(ctx context.Context, req *pb.InspectKeyRequest) (*pb.InspectKeyResponse, error) {
-	out, err := inspect(ctx, s.in, req.GetRequest())
+	out, err := inspect(ctx, s.in, req.GetRequest(), s.inflight, s.metrics, listenerGRPC)
 	if err != nil {
 		return nil, grpcError(err)
 	}
 	return out, nil
 }
 
-// inspect answers one inspection request.
-func inspect(ctx context.Context, in Inspector, r *pb.RateLimitRequest) (*pb.InspectKeyResponse, error) {
+// inspect answers one inspection request. It takes one unit of the
+// listener's in-flight bound, as a check does: inspections share the
+// capacity of the API, and a flood of them is refused like one of checks.
+func inspect(ctx context.Context, in Inspector, r *pb.RateLimitRequest, bound *InFlight, m *Metrics, listener int) (*pb.InspectKeyResponse, error) {
 	c, err := checkOfInspect(r)
 	if err != nil {
 		return nil, err
 	}
+	units, err := bound.acquireChecks(1, m, listener)
+	if err != nil {
+		return nil, err
+	}
+	defer bound.Release(units)
 	res, err := in.Inspect(ctx, c)
 	if err != nil {
 		return nil, err
@@ -203,8 +212,12 @@ func (h *httpHandler) serveKeys(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	out, err := inspect(r.Context(), h.cfg.Inspector, req)
-	if err != nil {
+	out, err := inspect(r.Context(), h.cfg.Inspector, req, h.cfg.InFlight, h.cfg.Telemetry, listenerHTTP)
+	switch {
+	case errors.Is(err, ErrOverloaded):
+		writeOverloaded(w, err.Error())
+		return
+	case err != nil:
 		writeError(w, httpStatus(Code(err)), err.Error())
 		return
 	}
