@@ -108,7 +108,9 @@ func (n *Node) inspectAt(ctx context.Context, m ring.Member, c limit.Check) limi
 		}
 		return v
 	}
-	failed := func(err error) limit.KeyView { return limit.KeyView{Node: m.Name, Limit: c.Rule.Limit, Error: err.Error()} }
+	failed := func(err error) limit.KeyView {
+		return limit.KeyView{Node: m.Name, Limit: c.Rule.Limit, Error: err.Error()}
+	}
 	if peerAddr(m) == "" {
 		m = n.member(m.Name)
 	}
