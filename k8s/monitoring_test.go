@@ -1,8 +1,17 @@
 package manifests
 
-import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"testing"
 
-// The Prometheus Operator's ServiceMonitor and PrometheusRule
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
+)
+
+// The Prometheus Operator's ServiceMonitor, PodMonitor and PrometheusRule
 // (monitoring.coreos.com/v1), with only the fields the chart uses. As for
 // cert-manager (certmanager_test.go), decoding is strict: a field added to
 // the chart must be added here, checked against
@@ -77,4 +86,93 @@ type rule struct {
 	KeepFiringFor string            `json:"keep_firing_for,omitempty"`
 	Labels        map[string]string `json:"labels,omitempty"`
 	Annotations   map[string]string `json:"annotations,omitempty"`
+}
+
+type podMonitor struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata"`
+	Spec              struct {
+		Selector            metav1.LabelSelector `json:"selector"`
+		PodMetricsEndpoints []struct {
+			Port     string `json:"port"`
+			Path     string `json:"path,omitempty"`
+			Interval string `json:"interval,omitempty"`
+		} `json:"podMetricsEndpoints"`
+	} `json:"spec"`
+}
+
+// TestMonitoringComponent renders the daemonset overlay with the
+// monitoring component: its PrometheusRule holds exactly the alerts of
+// deploy/prometheus/alerts.yaml, and its PodMonitor scrapes the limiter
+// pods on their http port.
+func TestMonitoringComponent(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	// kustomize takes no absolute paths: refer to the overlay from dir.
+	abs := func(p string) string {
+		a, err := filepath.Abs(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rel, err := filepath.Rel(dir, a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rel
+	}
+	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(`apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+namespace: shardlimiter
+resources:
+  - `+abs("overlays/daemonset")+`
+components:
+  - `+abs("components/monitoring")+`
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err := kustomize(dir)
+	if errors.Is(err, errNoKubectl) {
+		t.Skip(err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := decodeStrict(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.PrometheusRules) != 1 || len(r.PodMonitors) != 1 {
+		t.Fatalf("rendered %d PrometheusRules and %d PodMonitors, want one each", len(r.PrometheusRules), len(r.PodMonitors))
+	}
+	src, err := os.ReadFile("../deploy/prometheus/alerts.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want ruleFile
+	if err := yaml.UnmarshalStrict(src, &want); err != nil {
+		t.Fatalf("deploy/prometheus/alerts.yaml: %v", err)
+	}
+	if got := r.PrometheusRules[0].Spec.Groups; !reflect.DeepEqual(got, want.Groups) || len(got) == 0 {
+		t.Errorf("the PrometheusRule's groups differ from deploy/prometheus/alerts.yaml: run scripts/prometheusrule.sh")
+	}
+	pm := r.PodMonitors[0]
+	if pm.Namespace != "shardlimiter" {
+		t.Errorf("PodMonitor namespace = %q, want the limiter's", pm.Namespace)
+	}
+	pod := r.limiter(t)
+	for k, v := range pm.Spec.Selector.MatchLabels {
+		if pod.Template.Labels[k] != v {
+			t.Errorf("PodMonitor selects %s=%s; the limiter pods have %q", k, v, pod.Template.Labels[k])
+		}
+	}
+	if eps := pm.Spec.PodMetricsEndpoints; len(eps) != 1 || eps[0].Port != "http" || eps[0].Path != "/metrics" {
+		t.Errorf("PodMonitor endpoints = %+v, want port http, /metrics", eps)
+	}
+	hasPort := false
+	for _, p := range pod.Container.Ports {
+		hasPort = hasPort || p.Name == "http"
+	}
+	if !hasPort {
+		t.Error("the limiter container has no port named http")
+	}
 }

@@ -81,7 +81,8 @@ type rendered struct {
 	Certificates    []*certificate
 	Issuers         []*issuer
 	ServiceMonitors []*serviceMonitor
-	PrometheusRules []*prometheusRule
+	PrometheusRules []*prometheusRule // chart and components/monitoring
+	PodMonitors     []*podMonitor
 	// objects are all of the above, in the stream's order.
 	objects []metav1.Object
 }
@@ -234,6 +235,9 @@ func (r *rendered) add(doc []byte) error {
 	case "monitoring.coreos.com/v1/PrometheusRule":
 		o := &prometheusRule{}
 		r.PrometheusRules, obj = append(r.PrometheusRules, o), o
+	case "monitoring.coreos.com/v1/PodMonitor":
+		o := &podMonitor{}
+		r.PodMonitors, obj = append(r.PodMonitors, o), o
 	default:
 		return fmt.Errorf("unexpected apiVersion %q kind %q", tm.APIVersion, tm.Kind)
 	}

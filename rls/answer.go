@@ -45,10 +45,12 @@ func (s *Service) answer(p *request, results []limit.Result) *rlspb.RateLimitRes
 			continue
 		case blocked:
 			st = descriptorStatus(d.limits[0], &limit.Result{Decision: limit.Decision{Allowed: d.hits == 0, ResetAt: windowEnd(d.limits[0].Rule, now)}}, now)
+			s.rm.record(p.domain, d, nil)
 		default:
 			rs := results[d.first : d.first+d.n]
 			j = reported(rs, d.hits)
 			st = descriptorStatus(d.limits[j], &rs[j], now)
+			s.rm.record(p.domain, d, rs)
 		}
 		if d.quota {
 			quotas++

@@ -36,6 +36,8 @@ type desc struct {
 	first, n int            // its checks
 	limits   []rules.Limit  // the limit of each of its checks; blocked: the blocking one first
 	metadata map[string]any // its rule's metadata (rules.Match.Metadata)
+	matched  bool           // its limits are the rules file's (not a limit override)
+	detailed string         // detailed_metric: its statistics name (rulemetrics.go)
 }
 
 // request is a RateLimitRequest planned: what each descriptor became, and
@@ -99,7 +101,10 @@ func plan(set *rules.Set, req *rlspb.RateLimitRequest, counting limit.Behavior) 
 		case m.Unlimited:
 			p.descs[i].kind = unlimited
 		case len(m.Limits) > 0:
-			p.descs[i] = desc{kind: checked, shadow: m.Shadow, quota: m.Quota, limits: m.Limits, metadata: m.Metadata}
+			p.descs[i] = desc{kind: checked, shadow: m.Shadow, quota: m.Quota, limits: m.Limits, metadata: m.Metadata, matched: true}
+			if m.Detailed {
+				p.descs[i].detailed = detailedName(req.Domain, ents)
+			}
 			keys[i] = m.Key
 		}
 	}

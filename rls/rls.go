@@ -96,6 +96,10 @@ type Config struct {
 	// domain, the descriptors, the request's hitsAddend, and the merged
 	// metadata of the descriptors that passed (see metadata.go).
 	DynamicMetadata bool
+	// MetricsMaxDetailed bounds the series of detailed_metric rules (their
+	// statistics per descriptor value, rulemetrics.go); past it their
+	// values are counted under the rule's name. 0 ignores detailed_metric.
+	MetricsMaxDetailed int
 	// Registerer receives the service's metrics; nil registers nothing.
 	Registerer prometheus.Registerer
 	// Now reads the clock for duration_until_reset; nil means time.Now.
@@ -107,6 +111,7 @@ type Service struct {
 	rlspb.UnimplementedRateLimitServiceServer
 	cfg Config
 	m   *metrics
+	rm  *ruleMetrics
 }
 
 // New returns a Service; it starts nothing.
@@ -118,7 +123,11 @@ func New(cfg Config) *Service {
 		cfg.JSONChecker = cfg.Checker
 	}
 	cfg.HeaderNames = cfg.HeaderNames.orDefault()
-	return &Service{cfg: cfg, m: newMetrics(cfg.Registerer)}
+	s := &Service{cfg: cfg, m: newMetrics(cfg.Registerer), rm: newRuleMetrics(cfg.Rules, cfg.MetricsMaxDetailed)}
+	if cfg.Registerer != nil {
+		cfg.Registerer.MustRegister(s.rm.collectors()...)
+	}
+	return s
 }
 
 // ShouldRateLimitMethod is the full gRPC name of ShouldRateLimit, for

@@ -44,6 +44,7 @@ type rule struct {
 	quota     bool
 	replaces  []string
 	metadata  map[string]any // the descriptor's metadata, nil when it has none
+	detailed  bool           // detailed_metric: statistics per descriptor value
 }
 
 // find returns the node of lv that entry e matches, or nil.
@@ -178,6 +179,7 @@ func (p *parser) descriptor(n *yaml.Node, parent string) (*node, error) {
 	}
 	if d.rule != nil {
 		d.rule.shadow, d.rule.quota, d.rule.metadata = flags["shadow_mode"], flags["quota_mode"], md
+		d.rule.detailed = flags["detailed_metric"]
 	}
 	if d.next, err = p.level(f["descriptors"].val, path); err != nil {
 		return nil, err

@@ -54,6 +54,9 @@ type Match struct {
 	// metadata of the descriptors that passed in its dynamic metadata.
 	// Belongs to the Set: do not modify it.
 	Metadata map[string]any
+	// Detailed is the rule's detailed_metric (envoyproxy/ratelimit): its
+	// statistics are kept per descriptor value, not per rule.
+	Detailed bool
 }
 
 // Parse reads one file's YAML (name is used in error messages) into a Set.
@@ -166,7 +169,7 @@ func (s *Set) Match(domain string, entries []Entry) (Match, bool) {
 	}
 	return Match{
 		Key: counterKey(domain, entries, path), Limits: r.limits, Unlimited: r.unlimited,
-		Shadow: r.shadow, Quota: r.quota, Replaces: r.replaces, Metadata: r.metadata,
+		Shadow: r.shadow, Quota: r.quota, Replaces: r.replaces, Metadata: r.metadata, Detailed: r.detailed,
 	}, true
 }
 
@@ -209,6 +212,29 @@ func (s *Set) ByName(name string) (limit.Rule, bool) {
 	}
 	r, ok := s.byName[name]
 	return r, ok
+}
+
+// EachLimit calls fn with every limit of the set and its domain: domains
+// in the order read, descriptors in file order, depth first. Unlimited
+// rules have none.
+func (s *Set) EachLimit(fn func(domain string, l Limit)) {
+	if s == nil {
+		return
+	}
+	var walk func(domain string, lv *level)
+	walk = func(domain string, lv *level) {
+		for _, n := range lv.list {
+			if n.rule != nil {
+				for _, l := range n.rule.limits {
+					fn(domain, l)
+				}
+			}
+			walk(domain, &n.next)
+		}
+	}
+	for _, d := range s.loaded {
+		walk(d.name, &d.top)
+	}
 }
 
 // Domains returns the names of the set's domains, sorted.

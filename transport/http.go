@@ -40,6 +40,9 @@ type HTTPConfig struct {
 	// Cluster returns the cluster view served as JSON by GET /v1/cluster
 	// (members, ring version, this node). Nil: 404.
 	Cluster func() any
+	// Inspector answers GET /v1/keys (inspect.go); each inspection takes
+	// one unit of InFlight. Nil: 404.
+	Inspector Inspector
 	// Telemetry records every POST /v1/GetRateLimits; nil records nothing.
 	Telemetry *Metrics
 	// InFlight bounds the checks in flight (see [InFlight]); a call that
@@ -77,6 +80,7 @@ const smallBody = 64 << 10
 //	GET  /readyz             200 or 503, {"status":"ready"|"not ready"}
 //	GET  /metrics            cfg.Metrics
 //	GET  /v1/cluster         cfg.Cluster() as JSON
+//	GET  /v1/keys            a key's state on its owner, read without spending (inspect.go)
 //
 // Every answer of its own is JSON, errors included: {"error":"…"} with 400
 // (bad JSON, unknown field, batch over MaxBatch), 404, 405 (with Allow),
@@ -155,6 +159,10 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 			writeJSON(w, http.StatusOK, h.cfg.Cluster())
+		}
+	case "/v1/keys":
+		if allow(w, r, http.MethodGet) {
+			h.serveKeys(w, r)
 		}
 	default:
 		writeError(w, http.StatusNotFound, "transport: no such endpoint: "+r.URL.Path)

@@ -200,6 +200,30 @@ func TestThreeProcessesOnDistinctAddresses(t *testing.T) {
 		t.Errorf("owners seen %v, want all three nodes to own keys", owners)
 	}
 
+	// Inspection from every node reads the owner's state and spends nothing.
+	ic := limit.Check{Name: "inspect", Key: "account:inspect", Hits: 2, Rule: limit.Rule{Algorithm: limit.FixedWindow, Limit: 5, Period: time.Hour}}
+	if res, err := clients[0].GetRateLimits(ctx, []limit.Check{ic}); err != nil || !res[0].Allowed {
+		t.Fatalf("inspected key's first check: %+v %v", res, err)
+	}
+	inspectedBy := map[string]bool{}
+	for i, c := range clients {
+		in, err := c.Inspect(ctx, ic)
+		if err != nil || !in.Owner.Held || in.Owner.Remaining != 3 || in.Owner.Current != 2 || in.Owner.Error != "" {
+			t.Fatalf("Inspect through %s = %+v, %v, want the owner holding 2 of 5", procs[i].name, in, err)
+		}
+		inspectedBy[in.Owner.Node] = true
+		if in.Owner.Node != procs[i].name {
+			inspectedBy["elsewhere"] = true
+		}
+	}
+	if len(inspectedBy) != 2 || !inspectedBy["elsewhere"] {
+		t.Errorf("owners named by inspection: %v, want one owner, asked from other nodes too", inspectedBy)
+	}
+	ic.Hits = 3
+	if res, err := clients[1].GetRateLimits(ctx, []limit.Check{ic}); err != nil || !res[0].Allowed || res[0].Remaining != 0 {
+		t.Errorf("after inspections, the 3 hits left: %+v %v, want admitted with 0 left", res, err)
+	}
+
 	// Crash the third node and keep checking through the two others.
 	victim := procs[2]
 	if err := victim.cmd.Process.Signal(syscall.SIGKILL); err != nil {

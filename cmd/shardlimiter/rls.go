@@ -29,6 +29,7 @@ type rlsConfig struct {
 	headerNames   rls.HeaderNames
 	stopIncrement bool
 	metadata      bool
+	maxDetailed   int // --metrics-max-detailed (validated with the metrics flags)
 }
 
 // parseRLS validates the rules flags.
@@ -135,6 +136,7 @@ func newRLS(cfg rlsConfig, checker transport.Checker, bound, bodyBytes *transpor
 		Rules:       r.store, Shadow: cfg.shadow, Registerer: reg,
 		Headers: cfg.headers, HeadersFormat: cfg.headersFormat, HeaderNames: cfg.headerNames,
 		StopIncrementWhenOverLimit: cfg.stopIncrement, DynamicMetadata: cfg.metadata,
+		MetricsMaxDetailed: cfg.maxDetailed,
 	})
 	r.at.Store(time.Now().Unix())
 	return r, nil
@@ -153,11 +155,13 @@ func (r *rlsServer) register(s *grpc.Server) { r.svc.Register(s) }
 // as it does GetRateLimits (GRPCConfig.ShedMethods).
 func (r *rlsServer) shedMethods() []string { return []string{rls.ShouldRateLimitMethod} }
 
-// handler serves POST /json and GET /v1/config, and next otherwise.
+// handler serves POST /json, GET /v1/config and POST /v1/config/match,
+// and next otherwise.
 func (r *rlsServer) handler(next http.Handler) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/json", r.svc.JSONHandler())
 	mux.Handle("/v1/config", rls.ConfigHandler(r.store))
+	mux.Handle("/v1/config/match", rls.MatchHandler(r.store))
 	mux.Handle("/", next)
 	return mux
 }

@@ -148,6 +148,7 @@ func newServer(cfg config, log *slog.Logger) (s *server, err error) {
 		StateDir:            cfg.stateDir,
 		SnapshotInterval:    cfg.snapshotEvery,
 		SnapshotName:        cfg.snapshotName,
+		MetricsMaxRules:     cfg.metricsMaxRules,
 		Registerer:          reg,
 		Logger:              log,
 	})
@@ -174,6 +175,7 @@ func newServer(cfg config, log *slog.Logger) (s *server, err error) {
 		Register:      s.rls.register,
 		ShedMethods:   s.rls.shedMethods(),
 		Members:       s.node, // clients learn the ring (package client)
+		Inspector:     ruleInspector{rules: s.rls.store, node: s.node},
 		MaxBatch:      cfg.maxBatch,
 		Metrics:       tm,
 		InFlight:      clientBound,
@@ -192,6 +194,7 @@ func newServer(cfg config, log *slog.Logger) (s *server, err error) {
 		MaxBatch:  cfg.maxBatch,
 		Ready:     s.node.Ready,
 		Cluster:   func() any { return s.node.Cluster() },
+		Inspector: ruleInspector{rules: s.rls.store, node: s.node},
 		Metrics:   promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
 		Telemetry: tm,
 		InFlight:  clientBound,
