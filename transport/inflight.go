@@ -32,6 +32,7 @@ type InFlight struct {
 	n     atomic.Int64
 	_     [56]byte
 	limit int64
+	fair  *fairShares // nil: no fair sharing (NewInFlight)
 }
 
 // NewInFlight returns a bound of limit units; limit <= 0 means no bound
@@ -48,6 +49,20 @@ func NewInFlight(limit int64) *InFlight {
 // must Release the same units once the work is done.
 func (b *InFlight) TryAcquire(units int64) bool {
 	return b.tryAcquireLeaving(units, 0)
+}
+
+// tryAcquireOwn is TryAcquire for more units of a call that holds own
+// already: the idle rule applies when only those are in flight.
+func (b *InFlight) tryAcquireOwn(units, own int64) bool {
+	for {
+		cur := b.n.Load()
+		if cur != own && cur+units > b.limit {
+			return false
+		}
+		if b.n.CompareAndSwap(cur, cur+units) {
+			return true
+		}
+	}
 }
 
 // tryAcquireLeaving is TryAcquire for work that must leave spare units

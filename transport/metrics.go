@@ -193,6 +193,10 @@ func RegisterInFlight(reg prometheus.Registerer, client, peer, bodyBytes *InFlig
 		}, func() float64 { return float64(p.b.Limit()) }))
 	}
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Namespace: "shardlimiter", Subsystem: "transport", Name: "inflight_holders",
+		Help: "Parties sharing the client pool's bound now: gRPC connections and HTTP client addresses with calls in flight (fair sharing; 0 without it).",
+	}, func() float64 { return float64(client.Holders()) }))
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Namespace: "shardlimiter", Subsystem: "transport", Name: "inflight_body_bytes",
 		Help: "HTTP request-body bytes reserved by requests being read now (bounded by the body-bytes budget).",
 	}, func() float64 { return float64(bodyBytes.InUse()) }))
