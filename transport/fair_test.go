@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"strings"
 	"sync"
@@ -381,4 +383,76 @@ func TestGRPCFairBetweenConnections(t *testing.T) {
 	poll.Until(t, 10*time.Second, func() bool { return bound.InUse() == 57 }, "InUse() never 57 with a call's headers in")
 	cancel()
 	poll.Until(t, 10*time.Second, func() bool { return bound.InUse() == 56 }, "InUse() never back to 56 after the headers-only call ended")
+}
+
+// readCounter records whether its body was read.
+type readCounter struct {
+	r    *strings.Reader
+	read bool
+}
+
+func (c *readCounter) Read(p []byte) (int, error) {
+	c.read = true
+	return c.r.Read(p)
+}
+
+// TestHTTPFairBetweenAddresses: while one client address holds what it may
+// of a fair bound, its next call is refused with 429 before its body is
+// read, and a call from another address is answered.
+func TestHTTPFairBetweenAddresses(t *testing.T) {
+	t.Parallel()
+	bound := NewFairInFlight(16)
+	h := NewHTTPHandler(HTTPConfig{Checker: &fakeChecker{owner: "o"}, InFlight: bound})
+	hog, ok := bound.reserveAddr(netip.MustParseAddr("10.0.0.1"), 14) // its share 8, then borrowing to 14
+	if !ok {
+		t.Fatal("reserveAddr(14) on an idle bound refused")
+	}
+	defer hog.release()
+	post := func(remote string) (*httptest.ResponseRecorder, *readCounter) {
+		body := &readCounter{r: strings.NewReader(itemsJSON("k", 1))}
+		req := httptest.NewRequest(http.MethodPost, "/v1/GetRateLimits", body)
+		req.ContentLength = int64(body.r.Len())
+		req.RemoteAddr = remote
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, req)
+		return w, body
+	}
+	if w, body := post("10.0.0.1:40000"); w.Code != http.StatusTooManyRequests || body.read {
+		t.Errorf("the holding address's next call = %d (body read: %v), want 429 before its body is read", w.Code, body.read)
+	}
+	if w, _ := post("10.0.0.2:40000"); w.Code != http.StatusOK {
+		t.Errorf("another address's call = %d %s, want 200", w.Code, w.Body)
+	}
+	if got := bound.InUse(); got != 14 {
+		t.Errorf("InUse() = %d after the calls, want the 14 still held", got)
+	}
+}
+
+// TestFairCallsWithoutHolder: on a fair bound, a call without a holder
+// (BoundChecker: Envoy's ShouldRateLimit, POST /json) counts as beyond its
+// share and leaves an eighth free for the parties under theirs.
+func TestFairCallsWithoutHolder(t *testing.T) {
+	t.Parallel()
+	bound := NewFairInFlight(16)
+	c := BoundChecker(&fakeChecker{owner: "o"}, bound, nil, "")
+	ctx := context.Background()
+	held, ok := bound.reserveAddr(netip.MustParseAddr("10.0.0.1"), 12)
+	if !ok {
+		t.Fatal("reserveAddr(12) on an idle bound refused")
+	}
+	defer held.release()
+	if _, err := c.Check(ctx, keyedChecks("fits", 2)); err != nil {
+		t.Errorf("Check(2) with 12 of 16 held = %v, want answered (14 leaves 2 free)", err)
+	}
+	if _, err := c.Check(ctx, keyedChecks("spare", 3)); !errors.Is(err, ErrOverloaded) {
+		t.Errorf("Check(3) with 12 of 16 held = %v, want ErrOverloaded (the last eighth is kept)", err)
+	}
+	if bound.full() {
+		t.Errorf("full() with 12 of 16 in use, want false")
+	}
+	more, _ := bound.reserveAddr(netip.MustParseAddr("10.0.0.2"), 2)
+	defer more.release()
+	if !bound.full() {
+		t.Errorf("full() = false with %d of 16 in use, want true (the tap refuses ShedMethods at 14)", bound.InUse())
+	}
 }

@@ -198,7 +198,7 @@ func serverTap(b *InFlight, m *Metrics, shed []string) tap.ServerInHandle {
 				m.shed(listenerGRPC, shedChecks)
 				return ctx, refused
 			}
-		} else if b != nil && b.InUse() >= b.Limit() {
+		} else if b.full() {
 			switch info.FullMethodName {
 			case pb.RateLimiter_GetRateLimits_FullMethodName, streamRateLimitsMethod:
 				m.shed(listenerGRPC, shedChecks)

@@ -357,11 +357,17 @@ func benchChecks(n int) []limit.Check {
 
 // BenchmarkGRPCBatch100 is one client round trip of a 100-item batch over
 // bufconn, conversion and encoding on both sides included, under the
-// default in-flight bound.
-func BenchmarkGRPCBatch100(b *testing.B) {
-	_, target, dialer := startGRPC(b, GRPCConfig{Checker: trivialChecker, InFlight: NewInFlight(DefaultInFlightChecks(0))})
+// default in-flight bound, shared fairly as a node's client bound is.
+func BenchmarkGRPCBatch100(b *testing.B) { benchGRPCBatch(b, 100) }
+
+// BenchmarkGRPCBatch1 is the same with one check per call, where the cost
+// per call (the bound's charge at the headers among it) weighs most.
+func BenchmarkGRPCBatch1(b *testing.B) { benchGRPCBatch(b, 1) }
+
+func benchGRPCBatch(b *testing.B, size int) {
+	_, target, dialer := startGRPC(b, GRPCConfig{Checker: trivialChecker, InFlight: NewFairInFlight(DefaultInFlightChecks(0))})
 	client := dialClient(b, target, dialer)
-	checks := benchChecks(100)
+	checks := benchChecks(size)
 	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {
@@ -374,7 +380,7 @@ func BenchmarkGRPCBatch100(b *testing.B) {
 
 // BenchmarkGRPCBatch100Parallel is the same with concurrent callers.
 func BenchmarkGRPCBatch100Parallel(b *testing.B) {
-	_, target, dialer := startGRPC(b, GRPCConfig{Checker: trivialChecker, InFlight: NewInFlight(DefaultInFlightChecks(0))})
+	_, target, dialer := startGRPC(b, GRPCConfig{Checker: trivialChecker, InFlight: NewFairInFlight(DefaultInFlightChecks(0))})
 	client := dialClient(b, target, dialer)
 	checks := benchChecks(100)
 	b.ReportAllocs()
