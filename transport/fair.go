@@ -106,6 +106,9 @@ const (
 	// headers before one of them was decoded (clamped to L/16): the
 	// batch size of a typical client.
 	firstEstimate = 100
+	// headerCharge: calls estimated smaller are charged once decoded
+	// (reserveConn).
+	headerCharge = 32
 	// jsonItemBytes is the size of a small JSON item with its separator
 	// ({"name":"a","unique_key":"b","limit":1,"duration_ms":1000}, ~60
 	// bytes): an HTTP call is charged Content-Length / jsonItemBytes.
@@ -197,6 +200,13 @@ func (f *fairShares) connHolderLocked(ctx context.Context) *holder {
 // at its headers. It returns ctx carrying the ticket, or false when the
 // call must be refused. The ticket is released when ctx ends unless a
 // handler claims it first (claimTicket).
+//
+// A call estimated under headerCharge units is only checked: refused if a
+// call of its estimate would not be admitted now, else passed on without
+// a ticket, to be charged once decoded (connTicket). Its message is a few
+// hundred bytes that arrive with its headers, so charging it earlier would
+// gain nothing, and the ticket's context and expiry cost a batch of one
+// check ~8% of its server CPU (docs/PERFORMANCE.md).
 func (b *InFlight) reserveConn(ctx context.Context) (context.Context, bool) {
 	f := b.fair
 	t := &ticket{b: b}
@@ -205,6 +215,11 @@ func (b *InFlight) reserveConn(ctx context.Context) (context.Context, bool) {
 	if t.h.est == 0 {
 		t.h.est = max(1, min(firstEstimate, b.limit/16))
 	}
+	if est := t.h.est; est < headerCharge {
+		ok := fairAdmits(b.limit, b.n.Load(), 0, t.h.held, est, len(f.conns)+len(f.addrs))
+		f.mu.Unlock()
+		return ctx, ok
+	}
 	ok := b.takeLocked(t, t.h.est)
 	f.mu.Unlock()
 	if !ok {
@@ -212,6 +227,19 @@ func (b *InFlight) reserveConn(ctx context.Context) (context.Context, bool) {
 	}
 	t.stop = context.AfterFunc(ctx, t.expire)
 	return context.WithValue(ctx, ticketKey{}, t), true
+}
+
+// connTicket makes t an empty ticket of the connection of ctx (a stream's
+// context) on a fair bound b, for a call the tap did not charge: settle
+// charges it. It returns nil when b is not fair.
+func (b *InFlight) connTicket(ctx context.Context, t *ticket) *ticket {
+	if b == nil || b.fair == nil {
+		return nil
+	}
+	b.fair.mu.Lock()
+	*t = ticket{b: b, h: b.fair.connHolderLocked(ctx)}
+	b.fair.mu.Unlock()
+	return t
 }
 
 // reserveAddr charges an HTTP call from addr units at its headers; nil

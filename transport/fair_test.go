@@ -59,8 +59,9 @@ func connCtx() (context.Context, context.CancelFunc) {
 	return context.WithCancel(peer.NewContext(context.Background(), &peer.Peer{}))
 }
 
-// reserveBatch charges a call on conn at its headers and settles it to
-// size; the ticket, or nil when it was refused at either step.
+// reserveBatch charges a call on conn at its headers (or, a small one,
+// once decoded) and settles it to size; the ticket, or nil when it was
+// refused at either step.
 func reserveBatch(t *testing.T, b *InFlight, conn context.Context, size int64) (*ticket, bool) {
 	t.Helper()
 	ctx, ok := b.reserveConn(conn)
@@ -68,8 +69,11 @@ func reserveBatch(t *testing.T, b *InFlight, conn context.Context, size int64) (
 		return nil, false
 	}
 	tk, valid := claimTicket(ctx)
-	if !valid || tk == nil {
-		t.Fatalf("claimTicket after reserveConn = %v, %v; want the ticket", tk, valid)
+	if !valid {
+		t.Fatal("claimTicket after reserveConn: the call ended")
+	}
+	if tk == nil { // a small call: charged once decoded
+		tk = b.connTicket(ctx, new(ticket))
 	}
 	if !tk.settle(size) {
 		return nil, false
@@ -284,6 +288,9 @@ func TestFairConcurrentNeverExceeds(t *testing.T) {
 						continue
 					}
 					tk, _ := claimTicket(ctx)
+					if tk == nil {
+						tk = b.connTicket(ctx, new(ticket))
+					}
 					if tk.settle(size) {
 						if h := held.Add(size); h > L {
 							over.Add(1)
@@ -336,26 +343,27 @@ func TestGRPCFairBetweenConnections(t *testing.T) {
 	t.Parallel()
 	reg := prometheus.NewRegistry()
 	checker := &floodChecker{entered: make(chan int, 64), release: make(chan struct{})}
-	bound := NewFairInFlight(64) // share alone 32, borrowing to 56
+	bound := NewFairInFlight(640) // share alone 320, borrowing to 560; first estimate 40
 	_, target, dialer := startGRPC(t, GRPCConfig{Checker: checker, Metrics: NewMetrics(reg), InFlight: bound})
 	flood := dialClient(t, target, dialer)
-	light := dialClient(t, target, dialer) // a connection of its own
+	light := dialClient(t, target, dialer) // connections of their own
+	mid := dialClient(t, target, dialer)
 
 	var calls sync.WaitGroup
 	defer calls.Wait()
 	defer close(checker.release)
 	for i := range 7 {
 		calls.Go(func() {
-			if _, err := flood.GetRateLimits(ctxTimeout(t), keyedChecks(fmt.Sprintf("flood%d-", i), 8)); err != nil {
+			if _, err := flood.GetRateLimits(ctxTimeout(t), keyedChecks(fmt.Sprintf("flood%d-", i), 80)); err != nil {
 				t.Errorf("flood call %d = %v", i, err)
 			}
 		})
 		<-checker.entered // admitted in turn, so that each one's charge is settled
 	}
-	if got := bound.InUse(); got != 56 {
-		t.Fatalf("InUse() = %d with 7 calls of 8 held, want 56", got)
+	if got := bound.InUse(); got != 560 {
+		t.Fatalf("InUse() = %d with 7 calls of 80 held, want 560", got)
 	}
-	_, err := flood.GetRateLimits(ctxTimeout(t), keyedChecks("flood-more", 8))
+	_, err := flood.GetRateLimits(ctxTimeout(t), keyedChecks("flood-more", 80))
 	if status.Code(err) != codes.ResourceExhausted || !errors.Is(err, ErrOverloaded) {
 		t.Fatalf("the flooding connection's 8th call = %v, want ResourceExhausted", err)
 	}
@@ -373,16 +381,14 @@ func TestGRPCFairBetweenConnections(t *testing.T) {
 		}
 	}
 	// Headers without a message: the call holds its connection's charge
-	// (the estimate, 8) while its message has not arrived.
+	// (the first estimate, 40) while its message has not arrived.
 	ctx, cancel := context.WithCancel(ctxTimeout(t))
-	stream, err := light.conn.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true, ClientStreams: true}, pb.RateLimiter_GetRateLimits_FullMethodName)
-	if err != nil {
+	if _, err := mid.conn.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true, ClientStreams: true}, pb.RateLimiter_GetRateLimits_FullMethodName); err != nil {
 		t.Fatalf("NewStream = %v", err)
 	}
-	_ = stream
-	poll.Until(t, 10*time.Second, func() bool { return bound.InUse() == 57 }, "InUse() never 57 with a call's headers in")
+	poll.Until(t, 10*time.Second, func() bool { return bound.InUse() == 600 }, "InUse() never 600 with a call's headers in")
 	cancel()
-	poll.Until(t, 10*time.Second, func() bool { return bound.InUse() == 56 }, "InUse() never back to 56 after the headers-only call ended")
+	poll.Until(t, 10*time.Second, func() bool { return bound.InUse() == 560 }, "InUse() never back to 560 after the headers-only call ended")
 }
 
 // readCounter records whether its body was read.
@@ -454,5 +460,80 @@ func TestFairCallsWithoutHolder(t *testing.T) {
 	defer more.release()
 	if !bound.full() {
 		t.Errorf("full() = false with %d of 16 in use, want true (the tap refuses ShedMethods at 14)", bound.InUse())
+	}
+}
+
+// BenchmarkFairCall is what a gRPC call of one check pays the fair bound:
+// the check at its headers, the charge once decoded and the release, on a
+// context with a deadline as grpc gives the tap.
+func BenchmarkFairCall(b *testing.B) {
+	bound := NewFairInFlight(DefaultInFlightChecks(0))
+	conn := peer.NewContext(context.Background(), &peer.Peer{})
+	b.ReportAllocs()
+	for b.Loop() {
+		sctx, cancel := context.WithTimeout(conn, time.Minute)
+		ctx, ok := bound.reserveConn(sctx)
+		if !ok {
+			b.Fatal("refused on an idle bound")
+		}
+		tk, _ := claimTicket(ctx)
+		var own ticket
+		if tk == nil { // as a batch of one check is, after its first calls
+			tk = bound.connTicket(ctx, &own)
+		}
+		tk.settle(1)
+		tk.release()
+		cancel()
+	}
+}
+
+// BenchmarkStreamContext is the part of BenchmarkFairCall that grpc pays
+// anyway: a stream context with a deadline.
+func BenchmarkStreamContext(b *testing.B) {
+	conn := peer.NewContext(context.Background(), &peer.Peer{})
+	b.ReportAllocs()
+	for b.Loop() {
+		_, cancel := context.WithTimeout(conn, time.Minute)
+		cancel()
+	}
+}
+
+// TestFairSmallCallsChargedWhenDecoded: a connection whose calls are small
+// (estimate under headerCharge) is only checked at its headers: no ticket,
+// nothing held until the call is decoded and charged (connTicket); and it
+// is still refused at its headers when a call of its estimate would not
+// fit.
+func TestFairSmallCallsChargedWhenDecoded(t *testing.T) {
+	t.Parallel()
+	b := NewFairInFlight(1600)
+	conn, cancel := connCtx()
+	defer cancel()
+	for range 8 { // teach the connection calls of one check: 100, 75, … 1
+		tk, ok := reserveBatch(t, b, conn, 1)
+		if !ok {
+			t.Fatal("a call of one check refused on an idle bound")
+		}
+		tk.release()
+	}
+	ctx, ok := b.reserveConn(conn)
+	if tk, _ := claimTicket(ctx); !ok || tk != nil || b.InUse() != 0 {
+		t.Fatalf("small call at its headers: ok %v, ticket %v, %d in use; want admitted, no ticket, nothing held", ok, tk, b.InUse())
+	}
+	var own ticket
+	tk := b.connTicket(ctx, &own)
+	if !tk.settle(3) || b.InUse() != 3 {
+		t.Fatalf("settle(3) of an uncharged call: %d in use, want 3", b.InUse())
+	}
+	tk.release()
+	// Another connection holds all but 0 of what this one may take.
+	other, cancel2 := connCtx()
+	defer cancel2()
+	hog, ok := reserveBatch(t, b, other, 1600)
+	if !ok {
+		t.Fatal("a batch the size of the bound refused on an idle bound")
+	}
+	defer hog.release()
+	if _, ok := b.reserveConn(conn); ok {
+		t.Errorf("small call admitted at its headers with %d of 1600 in use", b.InUse())
 	}
 }

@@ -394,3 +394,27 @@ func BenchmarkGRPCBatch100Parallel(b *testing.B) {
 	})
 	b.ReportMetric(float64(b.N*len(checks))/b.Elapsed().Seconds(), "checks/s")
 }
+
+// BenchmarkGRPCRefused1000 is the round trip of a call of 1000 checks the
+// server refuses: 15,500 of the default 16,000 units are in use, so it does
+// not fit (client-side encoding included).
+func BenchmarkGRPCRefused1000(b *testing.B) {
+	bound := NewFairInFlight(16000)
+	_, target, dialer := startGRPC(b, GRPCConfig{Checker: trivialChecker, InFlight: bound})
+	client := dialClient(b, target, dialer)
+	checks := benchChecks(1000)
+	ctx := context.Background()
+	if _, err := client.GetRateLimits(ctx, checks); err != nil {
+		b.Fatal(err)
+	}
+	if !bound.TryAcquire(15500) {
+		b.Fatal("TryAcquire(15500) on an idle bound refused")
+	}
+	defer bound.Release(15500)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := client.GetRateLimits(ctx, checks); !IsShed(err) {
+			b.Fatalf("GetRateLimits(1000) with 15,500 of 16,000 in use = %v, want a refusal", err)
+		}
+	}
+}

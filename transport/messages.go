@@ -44,6 +44,7 @@ type checkBatch struct {
 	bound  *InFlight    // the server's in-flight bound; nil: none
 	held   int64        // units of bound taken for this call, given back by release
 	ticket *ticket      // the call's charge of a fair bound (fair.go), instead of held
+	own    ticket       // the ticket of a call the tap did not charge
 }
 
 // decode fills b from the wire. It never fails: a bad request is recorded

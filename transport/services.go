@@ -52,6 +52,8 @@ func handleChecks(fullMethod string) grpc.MethodHandler {
 		var ok bool
 		if in.ticket, ok = claimTicket(ctx); !ok {
 			return nil, grpcError(errCanceled)
+		} else if in.ticket == nil {
+			in.ticket = in.bound.connTicket(ctx, &in.own)
 		}
 		if err := dec(in); err != nil {
 			return nil, err

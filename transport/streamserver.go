@@ -159,6 +159,9 @@ func handleStream(streams *streamSet) grpc.StreamHandler {
 		if !ok {
 			return grpcError(errCanceled)
 		}
+		if t == nil {
+			t = s.newBatch().bound.connTicket(ctx, new(ticket)) // nil unless the bound is fair
+		}
 		for {
 			in := s.newBatch()
 			in.ticket = t
