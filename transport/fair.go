@@ -23,8 +23,9 @@ import (
 // flight: per connection, a flood of 256 calls would hold 256 shares.
 //
 // The rule (fairAdmits). With L the bound, T the units in use, n the
-// holders holding units (counting the caller), a holder holding h may take
-// u more units when T+u ≤ L and either
+// parties (the open gRPC connections that made a call, the HTTP addresses
+// with calls in flight), a holder holding h may take u more units when
+// T+u ≤ L and either
 //
 //   - h+u ≤ L/(n+1), its fair share: the "+1" keeps one share free for a
 //     holder that is about to come, so a well-behaved client finds room
@@ -39,7 +40,13 @@ import (
 // batches between them; a client of one check per call is admitted in
 // both cases. It is not exact max-min fairness (a borrower keeps what it
 // holds until its calls finish: there is no preemption), but no holder
-// can take the last eighth while it is over its share.
+// can take the last eighth while it is over its share. n counts open
+// connections, not only those holding units now: counted by the moment,
+// 16 flooding connections that each went idle between calls saw shares of
+// 2000 while few were busy, filled the bound within their shares, and the
+// well-behaved client was refused (measured, before this choice). Idle
+// connections only make the shares smaller; the borrowing keeps a lone
+// client at 7/8.
 //
 // Size unknown at the headers. A gRPC call's item count is known only once
 // its message is in, which under a flood is long after its headers (the
@@ -57,20 +64,27 @@ import (
 // calls in at their headers only to refuse them after their messages, as
 // before. HTTP has Content-Length: its calls are charged from it (one
 // unit per jsonItemBytes, the size of a small item), a chunked body one
-// unit, and settled the same way once decoded.
+// unit, and settled the same way once decoded. A call its connection's
+// estimate puts under headerCharge checks is only checked at its headers
+// and charged once decoded (reserveConn says why).
+//
+// Calls without a holder (BoundChecker: Envoy's ShouldRateLimit, POST
+// /json) take units by the total alone and count as beyond their share:
+// they leave the last eighth free.
 //
 // Lifecycle. A reservation made by the tap (a ticket) is claimed by the
 // handler, which settles and releases it. grpc may still drop a stream
-// after its tap (its deadline passed, its connection closed), and other
-// services' handlers never claim: so a ticket is also released when its
-// call's context ends (context.AfterFunc), unless its handler claimed it
-// first. A connection's holder outlives its idle moments (it keeps the
-// estimate) and is forgotten once grpc's per-connection peer.Peer is
-// collected; an address's holder is forgotten when it holds nothing.
+// after its tap (its deadline passed before grpc looked): so a ticket is
+// also released when its call's context ends (context.AfterFunc), unless
+// its handler claimed it first. A connection's holder outlives its idle
+// moments (it keeps the estimate) and is forgotten once grpc's
+// per-connection peer.Peer is collected; an address's holder is forgotten
+// when it holds nothing.
 //
-// Cost: one short critical section per reservation, settlement and
-// release, and a few allocations per gRPC call (the ticket, its context,
-// the AfterFunc registration); see docs/PERFORMANCE.md.
+// Cost: short critical sections (a check or reservation, a settlement, a
+// release) per call, and for a call charged at its headers 7 allocations
+// (the ticket, its context, the AfterFunc registration); see
+// docs/PERFORMANCE.md.
 
 // fairShares is the fair accounting of an InFlight (see above).
 type fairShares struct {

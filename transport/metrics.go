@@ -194,7 +194,7 @@ func RegisterInFlight(reg prometheus.Registerer, client, peer, bodyBytes *InFlig
 	}
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Namespace: "shardlimiter", Subsystem: "transport", Name: "inflight_holders",
-		Help: "Parties sharing the client pool's bound now: gRPC connections and HTTP client addresses with calls in flight (fair sharing; 0 without it).",
+		Help: "Parties the client pool's bound is shared between now: open gRPC connections that made a call, HTTP client addresses with calls in flight (0 without fair sharing).",
 	}, func() float64 { return float64(client.Holders()) }))
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Namespace: "shardlimiter", Subsystem: "transport", Name: "inflight_body_bytes",
