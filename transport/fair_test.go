@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -536,4 +537,30 @@ func TestFairSmallCallsChargedWhenDecoded(t *testing.T) {
 	if _, ok := b.reserveConn(conn); ok {
 		t.Errorf("small call admitted at its headers with %d of 1600 in use", b.InUse())
 	}
+}
+
+// TestFairForgetsClosedConnections: a connection's holder is dropped once
+// grpc's peer.Peer of it is collected, so that connections that come and
+// go do not pile up as parties.
+func TestFairForgetsClosedConnections(t *testing.T) {
+	t.Parallel()
+	b := NewFairInFlight(1600)
+	func() {
+		for range 10 {
+			conn, cancel := connCtx()
+			tk, ok := reserveBatch(t, b, conn, 5)
+			if !ok {
+				t.Fatal("refused on an idle bound")
+			}
+			tk.release()
+			cancel()
+		}
+	}()
+	if got := b.Holders(); got != 10 {
+		t.Fatalf("Holders() = %d after calls on 10 connections, want 10", got)
+	}
+	poll.Until(t, 10*time.Second, func() bool {
+		runtime.GC()
+		return b.Holders() == 0
+	}, "connection holders not forgotten after their peers were collected")
 }
