@@ -44,10 +44,10 @@ type GRPCConfig struct {
 	// once with ResourceExhausted and a retry delay (see [InFlight]), never
 	// queued. With NewFairInFlight, RateLimiter calls are charged at their
 	// headers and connections share the bound fairly (fair.go); Peers and
-	// State take plain bounds. Nil means no bound. Give the client and the peer listener
-	// bounds of their own, so that a flood of client calls cannot starve
-	// the owners' forwarded traffic; the HTTP handler may share the
-	// client's.
+	// State take plain bounds. Nil means no bound. Give the client and the
+	// peer listener bounds of their own, so that a flood of client calls
+	// cannot starve the owners' forwarded traffic; the HTTP handler may
+	// share the client's.
 	InFlight *InFlight
 	// ServerOptions are passed to grpc.NewServer (credentials, keepalive,
 	// interceptors, message size limits). A codec option has no effect: the
