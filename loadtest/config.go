@@ -55,6 +55,7 @@ type config struct {
 	rate        float64 // checks/s; 0 = closed loop
 	conns       int     // gRPC connections per target
 	rpcTimeout  time.Duration
+	backoff     bool
 
 	keys       int
 	dist       string
@@ -109,6 +110,7 @@ func newFlagSet(out io.Writer, c *config, r *rawFlags) *flag.FlagSet {
 	fs.IntVar(&c.conns, "conns", 1, "gRPC connections per target")
 	fs.IntVar(&c.clientInflight, "client-inflight", 0, "with --client direct: RPCs in flight per node (client.Config.MaxInFlight; 0 = the client's default). Fewer slots merge more concurrent checks per RPC")
 	fs.DurationVar(&c.rpcTimeout, "rpc-timeout", 2*time.Second, "deadline of one call")
+	fs.BoolVar(&c.backoff, "backoff", false, "closed loop: after a call the server refused for overload, the worker waits the retry delay the server asked for before its next call (default: it calls again at once)")
 	fs.IntVar(&c.keys, "keys", 100_000, "distinct keys (accuracy: default 8)")
 	fs.StringVar(&r.dist, "dist", distUniform, "key distribution: uniform, zipf or hot (one key)")
 	fs.Float64Var(&c.zipfS, "zipf-s", defaultZipfS, "Zipf exponent s > 1 for --dist zipf: P(key k) ∝ (1+k)^-s")

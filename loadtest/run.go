@@ -138,7 +138,8 @@ func closeTargets(ts []*target) {
 // probe sends one batch of peeks (hits 0: nothing consumed) of the run's
 // size over every connection. It opens the connections before the clock
 // starts and turns a target that is down, or a batch the server refuses,
-// into one clear error naming the address.
+// into one clear error naming the address. A refusal for overload is
+// retried until probeTimeout.
 func probe(ctx context.Context, ts []*target, batch int) error {
 	checks := make([]limit.Check, batch)
 	for i := range checks {
@@ -148,6 +149,16 @@ func probe(ctx context.Context, ts []*target, batch int) error {
 		for _, c := range t.conns {
 			pctx, cancel := context.WithTimeout(ctx, probeTimeout)
 			_, err := c.GetRateLimits(pctx, checks)
+			// A node refusing for overload (another client's flood) is
+			// up: ask again after its retry delay, within the timeout.
+			for transport.IsShed(err) && pctx.Err() == nil {
+				d, _ := transport.RetryDelay(err)
+				select {
+				case <-pctx.Done():
+				case <-time.After(d):
+					_, err = c.GetRateLimits(pctx, checks)
+				}
+			}
 			cancel()
 			if err != nil {
 				return fmt.Errorf("target %s does not answer: %w", t.addr, err)
@@ -234,7 +245,11 @@ func batchCall(cfg *config, rule limit.Rule, ts []*target, worker int, keys []st
 		cctx, cancel := context.WithTimeout(ctx, cfg.rpcTimeout)
 		res, err := t.conns[worker%len(t.conns)].GetRateLimits(cctx, checks)
 		cancel()
-		return judgeCall(res, err)
+		o := judgeCall(res, err)
+		if o.refused && cfg.backoff {
+			o.backoff, _ = transport.RetryDelay(err)
+		}
+		return o
 	}
 }
 

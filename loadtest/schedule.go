@@ -71,6 +71,7 @@ type outcome struct {
 	refused                    bool             // the server shed the call (RESOURCE_EXHAUSTED with a retry delay)
 	rpcErr                     string           // kind of a failed call; "" when it was answered or refused
 	itemErrs                   map[string]int64 // item errors by kind; nil when none
+	backoff                    time.Duration    // wait this long before the next call (--backoff)
 }
 
 // call performs one RPC under ctx (the run's drain deadline; the call adds
@@ -102,6 +103,9 @@ func drive(ctx context.Context, s schedule, do call, rec *shard) {
 		// lag = the wait for a free worker (claimed after due) + the
 		// oversleep of this one (woke after due or after claiming).
 		rec.record(done.Sub(from), delays{lag: start.Sub(at), oversleep: start.Sub(latest(at, claimed))}, out)
+		if out.backoff > 0 && !sleepUntil(ctx, done.Add(out.backoff)) {
+			return
+		}
 	}
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -163,6 +164,32 @@ func TestRefusedCallsAreCountedApart(t *testing.T) {
 		}
 		if got := time.Duration(refusals.Max()); got != time.Millisecond {
 			t.Errorf("refusal latency %v, want 1ms", got)
+		}
+	})
+}
+
+// TestDriveBacksOff: with a backoff (--backoff), a worker waits it out
+// after a refusal before its next call, and the wait is not part of the
+// refusal's latency.
+func TestDriveBacksOff(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		var calls []time.Duration
+		rec := newShard()
+		drive(context.Background(), closedLoop{end: start.Add(250 * time.Millisecond)}, func(context.Context) outcome {
+			calls = append(calls, time.Since(start))
+			time.Sleep(time.Millisecond)
+			return outcome{refused: true, backoff: 100 * time.Millisecond}
+		}, rec)
+		want := []time.Duration{0, 101 * time.Millisecond, 202 * time.Millisecond}
+		if !slices.Equal(calls, want) {
+			t.Fatalf("calls at %v, want %v (each 1 ms, then 100 ms of backoff)", calls, want)
+		}
+		h, refusals, tl := newHistogram(), newHistogram(), tally{}
+		rec.drainInto(h, refusals, &tl)
+		if got := time.Duration(refusals.Max()); tl.refused != 3 || got != time.Millisecond {
+			t.Errorf("%d refusals, latency %v; want 3 of 1ms", tl.refused, got)
 		}
 	})
 }

@@ -28,8 +28,8 @@ func newBatchHandler(c Checker, maxBatch int, m *Metrics, b *InFlight, listener 
 // errShed refuses a call that does not fit under the in-flight bound.
 var errShed = fmt.Errorf("transport: too many checks in flight on this node, retry after %v: %w", ShedRetryDelay, ErrOverloaded)
 
-// decideBatch is decide for a request the codec decoded, which has taken
-// its units of the in-flight bound already (see checkBatch.decode).
+// decideBatch is decideAdmitted for a request the codec decoded, which has
+// taken its units of the in-flight bound already (see checkBatch.decode).
 func (h *batchHandler) decideBatch(ctx context.Context, in *checkBatch, compact bool) (*resultBatch, error) {
 	if in.err == errShed {
 		h.metrics.shed(h.listener, shedChecks)
@@ -40,29 +40,14 @@ func (h *batchHandler) decideBatch(ctx context.Context, in *checkBatch, compact 
 	return h.decideAdmitted(ctx, in.checks, compact)
 }
 
-// decide answers the items of in, in order: the Checker decides those that
+// decideAdmitted answers the items of in, in order, for a call that holds
+// its units of the in-flight bound already: the Checker decides those that
 // converted; those that did not never reach it and are answered with their
 // error in place. A non-nil error fails the whole call; Code maps it to a
 // status.
 //
 // With compact set (the Peers service), the owner of the first decided item
 // is named once for the batch instead of in each item it decided.
-func (h *batchHandler) decide(ctx context.Context, in *wire.Checks, compact bool) (*resultBatch, error) {
-	n := in.Len()
-	if n > h.maxBatch {
-		return nil, &batchError{n: n, max: h.maxBatch}
-	}
-	// Weighted by items, so that a batch of 1000 costs what 1000 single
-	// checks do.
-	units, err := h.inflight.acquireChecks(n, h.metrics, h.listener)
-	if err != nil {
-		return nil, err
-	}
-	defer h.inflight.Release(units)
-	return h.decideAdmitted(ctx, in, compact)
-}
-
-// decideAdmitted is decide once the call holds its units of the bound.
 func (h *batchHandler) decideAdmitted(ctx context.Context, in *wire.Checks, compact bool) (*resultBatch, error) {
 	n := in.Len()
 	if n > h.maxBatch {

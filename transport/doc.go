@@ -27,7 +27,11 @@
 // Overload: a server never queues work it cannot start. An [InFlight]
 // bound (one per listener pool) admits a batch by its item count or refuses
 // it at once with ResourceExhausted and a retry delay (HTTP: 429 with
-// Retry-After), see [ErrOverloaded]; HTTP bodies are reserved against a
+// Retry-After), see [ErrOverloaded]. The client listeners' bound
+// ([NewFairInFlight]) charges a call at its headers, on an estimate of its
+// size settled once it is decoded, and shares the bound fairly between gRPC
+// connections and HTTP client addresses (fair.go has the rule and why);
+// HTTP bodies are reserved against a
 // node-wide byte bound before they are read; [ConnLimits] bounds what one
 // gRPC connection may hold and how long an idle or dead one stays open.
 //

@@ -45,10 +45,12 @@ type GRPCConfig struct {
 	// answers: the checks of RateLimiter and Peers calls, the keys of State
 	// pushes (one unit per Pull). A call that does not fit is refused at
 	// once with ResourceExhausted and a retry delay (see [InFlight]), never
-	// queued. Nil means no bound. Give the client and the peer listener
-	// bounds of their own, so that a flood of client calls cannot starve
-	// the owners' forwarded traffic; the HTTP handler may share the
-	// client's.
+	// queued. With NewFairInFlight, RateLimiter calls are charged at their
+	// headers and connections share the bound fairly (fair.go); Peers and
+	// State take plain bounds. Nil means no bound. Give the client and the
+	// peer listener bounds of their own, so that a flood of client calls
+	// cannot starve the owners' forwarded traffic; the HTTP handler may
+	// share the client's.
 	InFlight *InFlight
 	// ServerOptions are passed to grpc.NewServer (credentials, keepalive,
 	// interceptors, message size limits). A codec option has no effect: the
@@ -177,8 +179,12 @@ const FlowWindow = 256 << 10
 func streamWorkers() int { return 2 * runtime.GOMAXPROCS(0) }
 
 // serverTap is the server's tap. A stream method's context is made
-// cancelable (withStreamCancel). With a bound b, a call of the bounded
-// services is refused at its headers while b is full: no call of one check
+// cancelable (withStreamCancel). With a fair bound b (NewFairInFlight), a
+// RateLimiter call is charged its connection's estimate at its headers and
+// refused there when that does not fit its share (fair.go); the handler
+// settles the charge once the message is decoded. With another bound b, a
+// call of the bounded services is refused at its headers while b is full
+// (as are the other services' calls under a fair bound): no call of one check
 // or more could be admitted, and refusing before the message arrives
 // spares its transfer and decoding — under a flood that is most of the
 // cost of a refusal, as the messages of many calls share one connection. A call that arrives while there is room is
@@ -192,7 +198,14 @@ func streamWorkers() int { return 2 * runtime.GOMAXPROCS(0) }
 func serverTap(b *InFlight, m *Metrics, shed []string) tap.ServerInHandle {
 	refused := grpcError(errShed)
 	return func(ctx context.Context, info *tap.Info) (context.Context, error) {
-		if b != nil && b.InUse() >= b.Limit() {
+		fair := b != nil && b.fair != nil
+		if fair && (info.FullMethodName == pb.RateLimiter_GetRateLimits_FullMethodName || info.FullMethodName == streamRateLimitsMethod) {
+			var ok bool
+			if ctx, ok = b.reserveConn(ctx); !ok {
+				m.shed(listenerGRPC, shedChecks)
+				return ctx, refused
+			}
+		} else if b.full() {
 			switch info.FullMethodName {
 			case pb.RateLimiter_GetRateLimits_FullMethodName, streamRateLimitsMethod:
 				m.shed(listenerGRPC, shedChecks)

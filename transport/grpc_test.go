@@ -357,11 +357,17 @@ func benchChecks(n int) []limit.Check {
 
 // BenchmarkGRPCBatch100 is one client round trip of a 100-item batch over
 // bufconn, conversion and encoding on both sides included, under the
-// default in-flight bound.
-func BenchmarkGRPCBatch100(b *testing.B) {
-	_, target, dialer := startGRPC(b, GRPCConfig{Checker: trivialChecker, InFlight: NewInFlight(DefaultInFlightChecks(0))})
+// default in-flight bound, shared fairly as a node's client bound is.
+func BenchmarkGRPCBatch100(b *testing.B) { benchGRPCBatch(b, 100) }
+
+// BenchmarkGRPCBatch1 is the same with one check per call, where the cost
+// per call (the bound's charge at the headers among it) weighs most.
+func BenchmarkGRPCBatch1(b *testing.B) { benchGRPCBatch(b, 1) }
+
+func benchGRPCBatch(b *testing.B, size int) {
+	_, target, dialer := startGRPC(b, GRPCConfig{Checker: trivialChecker, InFlight: NewFairInFlight(DefaultInFlightChecks(0))})
 	client := dialClient(b, target, dialer)
-	checks := benchChecks(100)
+	checks := benchChecks(size)
 	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {
@@ -374,7 +380,7 @@ func BenchmarkGRPCBatch100(b *testing.B) {
 
 // BenchmarkGRPCBatch100Parallel is the same with concurrent callers.
 func BenchmarkGRPCBatch100Parallel(b *testing.B) {
-	_, target, dialer := startGRPC(b, GRPCConfig{Checker: trivialChecker, InFlight: NewInFlight(DefaultInFlightChecks(0))})
+	_, target, dialer := startGRPC(b, GRPCConfig{Checker: trivialChecker, InFlight: NewFairInFlight(DefaultInFlightChecks(0))})
 	client := dialClient(b, target, dialer)
 	checks := benchChecks(100)
 	b.ReportAllocs()
@@ -387,4 +393,28 @@ func BenchmarkGRPCBatch100Parallel(b *testing.B) {
 		}
 	})
 	b.ReportMetric(float64(b.N*len(checks))/b.Elapsed().Seconds(), "checks/s")
+}
+
+// BenchmarkGRPCRefused1000 is the round trip of a call of 1000 checks the
+// server refuses: 15,500 of the default 16,000 units are in use, so it does
+// not fit (client-side encoding included).
+func BenchmarkGRPCRefused1000(b *testing.B) {
+	bound := NewFairInFlight(16000)
+	_, target, dialer := startGRPC(b, GRPCConfig{Checker: trivialChecker, InFlight: bound})
+	client := dialClient(b, target, dialer)
+	checks := benchChecks(1000)
+	ctx := context.Background()
+	if _, err := client.GetRateLimits(ctx, checks); err != nil {
+		b.Fatal(err)
+	}
+	if !bound.TryAcquire(15500) {
+		b.Fatal("TryAcquire(15500) on an idle bound refused")
+	}
+	defer bound.Release(15500)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := client.GetRateLimits(ctx, checks); !IsShed(err) {
+			b.Fatalf("GetRateLimits(1000) with 15,500 of 16,000 in use = %v, want a refusal", err)
+		}
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"sync"
 	"time"
@@ -46,8 +47,11 @@ type HTTPConfig struct {
 	// Telemetry records every POST /v1/GetRateLimits; nil records nothing.
 	Telemetry *Metrics
 	// InFlight bounds the checks in flight (see [InFlight]); a call that
-	// does not fit is answered 429 with Retry-After at once. It may be the
-	// bound of the client gRPC server. Nil means no bound.
+	// does not fit is answered 429 with Retry-After at once. A call is
+	// charged at its headers, before its body is read (from its
+	// Content-Length), and settled to its batch size once decoded; with
+	// NewFairInFlight, client addresses share the bound fairly (fair.go).
+	// It may be the bound of the client gRPC server. Nil means no bound.
 	InFlight *InFlight
 	// BodyBytes bounds the request-body bytes held by POST
 	// /v1/GetRateLimits calls being read and decided at once, across all
@@ -202,6 +206,14 @@ func (h *httpHandler) getRateLimits(w http.ResponseWriter, r *http.Request) {
 // the response. It returns the status written and the batch size (-1 when
 // the batch was not decoded).
 func (h *httpHandler) serveBatch(w http.ResponseWriter, r *http.Request, buf *bytes.Buffer) (int, int) {
+	// Charged at the headers, before the body is read (fair.go), and
+	// settled to the batch's size once it is decoded.
+	t, ok := h.cfg.InFlight.reserveAddr(clientAddr(r), httpUnits(r.ContentLength, h.batch.maxBatch))
+	if !ok {
+		h.batch.metrics.shed(listenerHTTP, shedChecks)
+		return writeOverloaded(w, errShed.Error()), -1
+	}
+	defer t.release()
 	release, err := readBody(w, r, BodyLimit{Budget: h.cfg.BodyBytes, Max: h.cfg.MaxBodyBytes, Metrics: h.batch.metrics}, buf)
 	defer release()
 	var mbe *http.MaxBytesError
@@ -225,6 +237,10 @@ func (h *httpHandler) serveBatch(w http.ResponseWriter, r *http.Request, buf *by
 		return writeError(w, http.StatusBadRequest, err.Error()), -1
 	}
 	items := len(req.GetRequests())
+	if !t.settle(int64(items)) {
+		h.batch.metrics.shed(listenerHTTP, shedChecks)
+		return writeOverloaded(w, errShed.Error()), items
+	}
 	resp, err := h.decide(r.Context(), &req, badEnums)
 	if errors.Is(err, ErrOverloaded) {
 		return writeOverloaded(w, err.Error()), items
@@ -242,13 +258,14 @@ func (h *httpHandler) serveBatch(w http.ResponseWriter, r *http.Request, buf *by
 	return http.StatusOK, items
 }
 
-// decide answers a decoded JSON request, converted as gRPC's (json.go).
+// decide answers a decoded JSON request, converted as gRPC's (json.go),
+// whose units of the bound the call holds already.
 func (h *httpHandler) decide(ctx context.Context, req *pb.GetRateLimitsRequest, bad []badEnum) (*pb.GetRateLimitsResponse, error) {
 	checks := getChecks()
 	defer putChecks(checks)
 	checksFromPB(req.GetRequests(), checks)
 	failBadEnums(checks, bad)
-	out, err := h.batch.decide(ctx, checks, false)
+	out, err := h.batch.decideAdmitted(ctx, checks, false)
 	if err != nil {
 		return nil, err
 	}
@@ -258,6 +275,17 @@ func (h *httpHandler) decide(ctx context.Context, req *pb.GetRateLimitsRequest, 
 func (h *httpHandler) tooLarge(w http.ResponseWriter) (int, int) {
 	return writeError(w, http.StatusRequestEntityTooLarge,
 		fmt.Sprintf("transport: body exceeds the limit of %d bytes", h.cfg.MaxBodyBytes)), -1
+}
+
+// clientAddr is the client of r for fair sharing: its connection's remote
+// IP (X-Forwarded-For is not read: see fair.go). An address that does not
+// parse (a Unix socket) is the zero Addr, one client for all of them.
+func clientAddr(r *http.Request) netip.Addr {
+	ap, err := netip.ParseAddrPort(r.RemoteAddr)
+	if err != nil {
+		return netip.Addr{}
+	}
+	return ap.Addr().Unmap()
 }
 
 // countObjects counts the '{' of b outside JSON strings, stopping once it

@@ -221,7 +221,7 @@ func FuzzHTTPBody(f *testing.F) {
 // default in-flight and body-bytes bounds.
 func BenchmarkHTTPBatch100(b *testing.B) {
 	h := NewHTTPHandler(HTTPConfig{Checker: trivialChecker,
-		InFlight: NewInFlight(DefaultInFlightChecks(0)), BodyBytes: NewInFlight(DefaultBodyBytes)})
+		InFlight: NewFairInFlight(DefaultInFlightChecks(0)), BodyBytes: NewInFlight(DefaultBodyBytes)})
 	var body strings.Builder
 	body.WriteString(`{"requests":[`)
 	for i := range 100 {

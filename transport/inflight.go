@@ -32,6 +32,7 @@ type InFlight struct {
 	n     atomic.Int64
 	_     [56]byte
 	limit int64
+	fair  *fairShares // nil: no fair sharing (NewInFlight)
 }
 
 // NewInFlight returns a bound of limit units; limit <= 0 means no bound
@@ -48,6 +49,20 @@ func NewInFlight(limit int64) *InFlight {
 // must Release the same units once the work is done.
 func (b *InFlight) TryAcquire(units int64) bool {
 	return b.tryAcquireLeaving(units, 0)
+}
+
+// tryAcquireOwn is TryAcquire for more units of a call that holds own
+// already: the idle rule applies when only those are in flight.
+func (b *InFlight) tryAcquireOwn(units, own int64) bool {
+	for {
+		cur := b.n.Load()
+		if cur != own && cur+units > b.limit {
+			return false
+		}
+		if b.n.CompareAndSwap(cur, cur+units) {
+			return true
+		}
+	}
 }
 
 // tryAcquireLeaving is TryAcquire for work that must leave spare units
@@ -70,16 +85,31 @@ func (b *InFlight) tryAcquireLeaving(units, spare int64) bool {
 // acquireChecks takes one unit per check of a call on listener (one for an
 // empty call, which still costs a round of work), or counts the refusal
 // in m and returns errShed. The caller releases the units it got. A
-// listener of -1 counts nothing.
+// listener of -1 counts nothing. On a fair bound such a call has no
+// holder and counts as beyond its share: it leaves spare() free.
 func (b *InFlight) acquireChecks(n int, m *Metrics, listener int) (int64, error) {
 	units := int64(max(n, 1))
-	if !b.TryAcquire(units) {
+	if !b.tryAcquireLeaving(units, b.spare()) {
 		if listener >= 0 {
 			m.shed(listener, shedChecks)
 		}
 		return 0, errShed
 	}
 	return units, nil
+}
+
+// spare is what callers without a holder leave free of a fair bound (for
+// the parties under their share, fair.go); 0 for other bounds.
+func (b *InFlight) spare() int64 {
+	if b == nil || b.fair == nil {
+		return 0
+	}
+	return b.limit / spareDiv
+}
+
+// full reports whether a call without a holder could not take one unit.
+func (b *InFlight) full() bool {
+	return b != nil && b.InUse() >= b.Limit()-b.spare()
 }
 
 // Release gives back units taken by TryAcquire.

@@ -43,6 +43,8 @@ type checkBatch struct {
 	err    error        // the request is malformed, too large or shed: answer this
 	bound  *InFlight    // the server's in-flight bound; nil: none
 	held   int64        // units of bound taken for this call, given back by release
+	ticket *ticket      // the call's charge of a fair bound (fair.go), instead of held
+	own    ticket       // the ticket of a call the tap did not charge
 }
 
 // decode fills b from the wire. It never fails: a bad request is recorded
@@ -51,9 +53,15 @@ type checkBatch struct {
 //
 // Admission comes first, on the item count alone (a scan of the framing):
 // a node past its bound refuses a batch without decoding it, so that
-// refusals cost next to nothing while it is overloaded.
+// refusals cost next to nothing while it is overloaded. A call charged at
+// its headers (ticket) settles that charge to its count.
 func (b *checkBatch) decode(data []byte) error {
-	if b.bound != nil {
+	if b.ticket != nil {
+		if n, err := wire.CountChecks(data); err == nil && n <= b.max && !b.ticket.settle(int64(n)) {
+			b.n, b.err = n, errShed
+			return nil
+		}
+	} else if b.bound != nil {
 		if n, err := wire.CountChecks(data); err == nil && n <= b.max {
 			units := int64(max(n, 1))
 			if !b.bound.TryAcquire(units) {
@@ -78,6 +86,7 @@ func (b *checkBatch) decode(data []byte) error {
 // release gives the converted items back to the pool and the units back
 // to the bound.
 func (b *checkBatch) release() {
+	b.ticket.release()
 	if b.held != 0 {
 		b.bound.Release(b.held)
 		b.held = 0

@@ -194,6 +194,10 @@ func RegisterInFlight(reg prometheus.Registerer, client, peer, bodyBytes *InFlig
 		}, func() float64 { return float64(p.b.Limit()) }))
 	}
 	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Namespace: "shardlimiter", Subsystem: "transport", Name: "inflight_holders",
+		Help: "Parties the client pool's bound is shared between now: open gRPC connections that made a call, HTTP client addresses with calls in flight (0 without fair sharing).",
+	}, func() float64 { return float64(client.Holders()) }))
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Namespace: "shardlimiter", Subsystem: "transport", Name: "inflight_body_bytes",
 		Help: "HTTP request-body bytes reserved by requests being read now (bounded by the body-bytes budget).",
 	}, func() float64 { return float64(bodyBytes.InUse()) }))

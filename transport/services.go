@@ -2,6 +2,7 @@ package transport
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"google.golang.org/grpc"
@@ -48,6 +49,12 @@ func handleChecks(fullMethod string) grpc.MethodHandler {
 		s := srv.(checksService)
 		in := s.newBatch()
 		defer in.release()
+		var ok bool
+		if in.ticket, ok = claimTicket(ctx); !ok {
+			return nil, grpcError(errCanceled)
+		} else if in.ticket == nil {
+			in.ticket = in.bound.connTicket(ctx, &in.own)
+		}
 		if err := dec(in); err != nil {
 			return nil, err
 		}
@@ -60,6 +67,10 @@ func handleChecks(fullMethod string) grpc.MethodHandler {
 		})
 	}
 }
+
+// errCanceled answers a call whose context ended between its headers and
+// its handler: nothing of it was read or decided.
+var errCanceled = fmt.Errorf("transport: call ended before it was decided: %w", context.Canceled)
 
 // rateLimiterServer is the client-facing service.
 type rateLimiterServer struct {

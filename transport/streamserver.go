@@ -153,8 +153,18 @@ func handleStream(streams *streamSet) grpc.StreamHandler {
 		}
 		defer streams.remove(st)
 		ctx := ss.Context()
+		// The tap's charge (fair.go) covers the first batch; each later
+		// one is charged on its count as it is decoded.
+		t, ok := claimTicket(ctx)
+		if !ok {
+			return grpcError(errCanceled)
+		}
+		if t == nil {
+			t = s.newBatch().bound.connTicket(ctx, new(ticket)) // nil unless the bound is fair
+		}
 		for {
 			in := s.newBatch()
+			in.ticket = t
 			if err := ss.RecvMsg(in); err != nil {
 				in.release()
 				if errors.Is(err, io.EOF) || st.stopped() {

@@ -103,7 +103,7 @@ func newServer(cfg config, log *slog.Logger) (s *server, err error) {
 	}
 
 	tm := transport.NewMetrics(reg)
-	clientBound := transport.NewInFlight(cfg.maxInflight)
+	clientBound := transport.NewFairInFlight(cfg.maxInflight)
 	peerBound := transport.NewInFlight(cfg.maxPeerFlight)
 	bodyBytes := transport.NewInFlight(transport.DefaultBodyBytes)
 	transport.RegisterInFlight(reg, clientBound, peerBound, bodyBytes)
