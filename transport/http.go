@@ -40,6 +40,9 @@ type HTTPConfig struct {
 	// Cluster returns the cluster view served as JSON by GET /v1/cluster
 	// (members, ring version, this node). Nil: 404.
 	Cluster func() any
+	// Rings returns every member's ring as this node could ask it, served
+	// as JSON by GET /v1/cluster/rings. Nil: 404.
+	Rings func(context.Context) any
 	// Telemetry records every POST /v1/GetRateLimits; nil records nothing.
 	Telemetry *Metrics
 	// InFlight bounds the checks in flight (see [InFlight]); a call that
@@ -77,6 +80,7 @@ const smallBody = 64 << 10
 //	GET  /readyz             200 or 503, {"status":"ready"|"not ready"}
 //	GET  /metrics            cfg.Metrics
 //	GET  /v1/cluster         cfg.Cluster() as JSON
+//	GET  /v1/cluster/rings   cfg.Rings(ctx) as JSON
 //
 // Every answer of its own is JSON, errors included: {"error":"…"} with 400
 // (bad JSON, unknown field, batch over MaxBatch), 404, 405 (with Allow),
@@ -153,6 +157,14 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 			writeJSON(w, http.StatusOK, h.cfg.Cluster())
+		}
+	case "/v1/cluster/rings":
+		if allow(w, r, http.MethodGet, http.MethodHead) {
+			if h.cfg.Rings == nil {
+				writeError(w, http.StatusNotFound, "transport: no rings view")
+				return
+			}
+			writeJSON(w, http.StatusOK, h.cfg.Rings(r.Context()))
 		}
 	default:
 		writeError(w, http.StatusNotFound, "transport: no such endpoint: "+r.URL.Path)

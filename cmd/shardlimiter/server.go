@@ -184,6 +184,7 @@ func newServer(cfg config, log *slog.Logger) (s *server, err error) {
 		MaxBatch:  cfg.maxBatch,
 		Ready:     s.node.Ready,
 		Cluster:   func() any { return s.node.Cluster() },
+		Rings:     func(ctx context.Context) any { return s.node.Rings(ctx) },
 		Metrics:   promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
 		Telemetry: tm,
 		InFlight:  clientBound,

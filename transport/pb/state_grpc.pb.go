@@ -21,6 +21,7 @@ const _ = grpc.SupportPackageIsVersion9
 const (
 	State_Push_FullMethodName = "/shardlimiter.v1.State/Push"
 	State_Pull_FullMethodName = "/shardlimiter.v1.State/Pull"
+	State_Ring_FullMethodName = "/shardlimiter.v1.State/Ring"
 )
 
 // StateClient is the client API for State service.
@@ -40,6 +41,11 @@ type StateClient interface {
 	// hands them over: from then on it routes checks of those partitions to
 	// the puller instead of deciding them.
 	Pull(ctx context.Context, in *PullStateRequest, opts ...grpc.CallOption) (*PullStateResponse, error)
+	// Ring describes the ring the receiver routes by, so that one node can
+	// tell whether every member agrees on the member list (the status
+	// page). It moves no key state and costs the receiver a few
+	// allocations.
+	Ring(ctx context.Context, in *RingRequest, opts ...grpc.CallOption) (*RingResponse, error)
 }
 
 type stateClient struct {
@@ -70,6 +76,16 @@ func (c *stateClient) Pull(ctx context.Context, in *PullStateRequest, opts ...gr
 	return out, nil
 }
 
+func (c *stateClient) Ring(ctx context.Context, in *RingRequest, opts ...grpc.CallOption) (*RingResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RingResponse)
+	err := c.cc.Invoke(ctx, State_Ring_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // StateServer is the server API for State service.
 // All implementations must embed UnimplementedStateServer
 // for forward compatibility.
@@ -87,6 +103,11 @@ type StateServer interface {
 	// hands them over: from then on it routes checks of those partitions to
 	// the puller instead of deciding them.
 	Pull(context.Context, *PullStateRequest) (*PullStateResponse, error)
+	// Ring describes the ring the receiver routes by, so that one node can
+	// tell whether every member agrees on the member list (the status
+	// page). It moves no key state and costs the receiver a few
+	// allocations.
+	Ring(context.Context, *RingRequest) (*RingResponse, error)
 	mustEmbedUnimplementedStateServer()
 }
 
@@ -102,6 +123,9 @@ func (UnimplementedStateServer) Push(context.Context, *PushStateRequest) (*PushS
 }
 func (UnimplementedStateServer) Pull(context.Context, *PullStateRequest) (*PullStateResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Pull not implemented")
+}
+func (UnimplementedStateServer) Ring(context.Context, *RingRequest) (*RingResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Ring not implemented")
 }
 func (UnimplementedStateServer) mustEmbedUnimplementedStateServer() {}
 func (UnimplementedStateServer) testEmbeddedByValue()               {}
@@ -160,6 +184,24 @@ func _State_Pull_Handler(srv interface{}, ctx context.Context, dec func(interfac
 	return interceptor(ctx, in, info, handler)
 }
 
+func _State_Ring_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RingRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(StateServer).Ring(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: State_Ring_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(StateServer).Ring(ctx, req.(*RingRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // State_ServiceDesc is the grpc.ServiceDesc for State service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -174,6 +216,10 @@ var State_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Pull",
 			Handler:    _State_Pull_Handler,
+		},
+		{
+			MethodName: "Ring",
+			Handler:    _State_Ring_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
