@@ -21,6 +21,7 @@ import (
 
 	"github.com/shardlimiter/shardlimiter/gossip"
 	"github.com/shardlimiter/shardlimiter/peer"
+	"github.com/shardlimiter/shardlimiter/statuspage"
 	"github.com/shardlimiter/shardlimiter/transport"
 )
 
@@ -191,6 +192,7 @@ func newServer(cfg config, log *slog.Logger) (s *server, err error) {
 		BodyBytes: bodyBytes,
 	})
 	handler = s.rls.handler(handler)
+	handler = statuspage.Mount(handler) // the status page at /
 	if cfg.pprof {
 		handler = withPprof(handler)
 	}
