@@ -1,0 +1,329 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	cdplog "github.com/chromedp/cdproto/log"
+	"github.com/chromedp/cdproto/network"
+	"github.com/chromedp/cdproto/runtime"
+	"github.com/chromedp/chromedp"
+
+	"github.com/shardlimiter/shardlimiter/internal/certs/certstest"
+	"github.com/shardlimiter/shardlimiter/internal/poll"
+	"github.com/shardlimiter/shardlimiter/limit"
+	"github.com/shardlimiter/shardlimiter/transport"
+)
+
+// screenshotEnv names a file the browser test also writes its screenshot
+// to (docs/status-page.png is made so).
+const screenshotEnv = "SHARDLIMITER_STATUS_SCREENSHOT"
+
+// chromium returns the path of a Chromium or Chrome binary, or skips.
+func chromium(t *testing.T) string {
+	t.Helper()
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	t.Skip("no Chromium on PATH (Debian: apt-get install chromium): the status page's browser test needs one")
+	return ""
+}
+
+// browserLog collects what the page does: the URL of every request it
+// sends and every console error, uncaught exception or error log entry
+// (a Content-Security-Policy violation, a failed load).
+type browserLog struct {
+	mu       sync.Mutex
+	requests []string
+	errors   []string
+}
+
+func (b *browserLog) listen(ev any) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch ev := ev.(type) {
+	case *network.EventRequestWillBeSent:
+		b.requests = append(b.requests, ev.Request.URL)
+	case *runtime.EventConsoleAPICalled:
+		if ev.Type == runtime.ConsoleAPICalledTypeError || ev.Type == runtime.ConsoleAPICalledTypeAssert {
+			var args []string
+			for _, a := range ev.Args {
+				args = append(args, string(a.Value))
+			}
+			b.errors = append(b.errors, "console: "+strings.Join(args, " "))
+		}
+	case *runtime.EventExceptionThrown:
+		d := ev.ExceptionDetails
+		msg := d.Text
+		if d.Exception != nil {
+			msg += " " + d.Exception.Description
+		}
+		b.errors = append(b.errors, fmt.Sprintf("exception: %s (%s:%d)", msg, d.URL, d.LineNumber))
+	case *cdplog.EventEntryAdded:
+		e := ev.Entry
+		// The key lookup asks GET /v1/keys first and peeks when the node
+		// answers 404 for it (no inspection API): that 404 is expected.
+		if e.Level == cdplog.EntryLevelError && !(e.Source == cdplog.EntrySourceNetwork && strings.Contains(e.URL, "/v1/keys?")) {
+			b.errors = append(b.errors, fmt.Sprintf("log (%s): %s %s", e.Source, e.Text, e.URL))
+		}
+	}
+}
+
+func (b *browserLog) snapshot() (requests, errors []string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]string(nil), b.requests...), append([]string(nil), b.errors...)
+}
+
+// pageMember is one row of the page's member table.
+type pageMember struct {
+	Name  string `json:"name"`
+	Share string `json:"share"`
+}
+
+// pageState is what the test reads off the page.
+type pageState struct {
+	Refreshed int          `json:"refreshed"`
+	Members   []pageMember `json:"members"`
+	Arcs      int          `json:"arcs"`
+	Agree     string       `json:"agree"`
+	Errors    string       `json:"errors"`
+	Owner     string       `json:"owner"`
+	Via       string       `json:"via"`
+	LookupErr string       `json:"lookupErr"`
+}
+
+const readPage = `(() => {
+  const q = (s) => document.querySelector(s);
+  return {
+    refreshed: Number(document.body.dataset.refreshed || 0),
+    members: [...document.querySelectorAll("#members tbody tr")].map((tr) => ({name: tr.dataset.member, share: tr.cells[3].textContent})),
+    arcs: document.querySelectorAll("#ring path").length,
+    agree: q("#agree").textContent,
+    errors: q("#errors").hidden ? "" : q("#errors").textContent,
+    owner: q("#lookup-result").hidden ? "" : q("#lookup-owner").textContent,
+    via: q("#lookup-via").textContent,
+    lookupErr: q("#lookup-error").hidden ? "" : q("#lookup-error").textContent,
+  };
+})()`
+
+// clusterShares returns the members and shares of p's GET /v1/cluster.
+func clusterShares(p *proc) map[string]float64 {
+	resp, err := http.Get("http://" + p.http + "/v1/cluster")
+	if err != nil {
+		return nil
+	}
+	defer resp.Body.Close()
+	var v struct {
+		Members []struct {
+			Name  string  `json:"name"`
+			Share float64 `json:"share"`
+		} `json:"members"`
+	}
+	if json.NewDecoder(resp.Body).Decode(&v) != nil {
+		return nil
+	}
+	out := map[string]float64{}
+	for _, m := range v.Members {
+		out[m.Name] = m.Share
+	}
+	return out
+}
+
+// TestStatusPageInBrowser opens the status page of a real 3-process cluster
+// (127.0.0.70-72) in headless Chromium: the page loads with no console
+// error and sends no request anywhere but its node, shows the three
+// members with the shares the node reports and their agreement, looks up a
+// key's owner as GetRateLimits reports it, and drops a member that leaves
+// (SIGTERM). A screenshot goes to the test's directory.
+func TestStatusPageInBrowser(t *testing.T) {
+	chrome := chromium(t)
+	t.Parallel()
+	bin := buildBinary(t)
+	rules := filepath.Join(t.TempDir(), "rules.yaml")
+	if err := os.WriteFile(rules, []byte("domain: web\ndescriptors:\n  - key: account\n    rate_limit: {name: web_per_minute, unit: minute, requests_per_unit: 50}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	hosts := []string{"127.0.0.70", "127.0.0.71", "127.0.0.72"}
+	port := freeGossipPort(t, hosts...)
+	seed := net.JoinHostPort(hosts[0], strconv.Itoa(port))
+	var procs []*proc
+	for _, h := range hosts {
+		procs = append(procs, startProc(t, bin, h, port, seed, "--config", rules))
+	}
+	poll.Until(t, 20*time.Second, func() bool {
+		for _, p := range procs {
+			if len(members(p)) != 3 {
+				return false
+			}
+		}
+		return true
+	}, "3 nodes converge")
+	node := procs[0]
+
+	// A key owned elsewhere than the page's node, as GetRateLimits says.
+	c, err := transport.Dial(node.grpc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	rule := limit.Rule{Algorithm: limit.TokenBucket, Limit: 100, Period: time.Minute}
+	var key, owner string
+	for i := 0; owner == "" || owner == node.name; i++ {
+		key = fmt.Sprint("account:", i)
+		res, err := c.GetRateLimits(context.Background(), []limit.Check{{Name: "page_check", Key: key, Hits: 1, Rule: rule}})
+		if err != nil || res[0].Error != "" {
+			t.Fatalf("GetRateLimits(%s) = %+v, %v", key, res, err)
+		}
+		owner = res[0].Owner
+	}
+
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(chrome), chromedp.WindowSize(1280, 1400),
+		chromedp.DisableGPU, chromedp.UserDataDir(t.TempDir()))
+	if os.Geteuid() == 0 {
+		opts = append(opts, chromedp.NoSandbox) // Chromium refuses its sandbox to root
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	allocCtx, cancelAlloc := chromedp.NewExecAllocator(ctx, opts...)
+	defer cancelAlloc()
+	ctx, cancelBrowser := chromedp.NewContext(allocCtx)
+	defer cancelBrowser()
+	var log browserLog
+	if err := chromedp.Listen(ctx, log.listen); err != nil {
+		t.Fatalf("start Chromium: %v", err)
+	}
+
+	pageURL := "http://" + node.http + "/"
+	if err := chromedp.Do(ctx, chromedp.Navigate(pageURL)); err != nil {
+		t.Fatalf("open %s: %v", pageURL, err)
+	}
+	var st pageState
+	read := func() pageState {
+		s, err := chromedp.Run(ctx, chromedp.Evaluate[pageState](readPage))
+		if err != nil {
+			t.Fatalf("read the page: %v", err)
+		}
+		return s
+	}
+	poll.Until(t, 15*time.Second, func() bool {
+		st = read()
+		return st.Refreshed >= 2 && len(st.Members) == 3 && st.Arcs == 3 && st.Agree == "every member has the same ring"
+	}, "the page shows 3 members that agree on the ring")
+	if st.Errors != "" {
+		t.Errorf("the page shows errors: %s", st.Errors)
+	}
+	shares := clusterShares(node)
+	for _, m := range st.Members {
+		want, ok := shares[m.Name]
+		got, err := strconv.ParseFloat(strings.TrimSuffix(m.Share, "%"), 64)
+		if !ok || err != nil || got < want*100-0.051 || got > want*100+0.051 {
+			t.Errorf("member %q shows share %q, want %.1f%% (GET /v1/cluster: %v)", m.Name, m.Share, want*100, shares)
+		}
+	}
+
+	// The key lookup names the owner GetRateLimits reported.
+	err = chromedp.Do(ctx,
+		chromedp.SendKeys(chromedp.CSS(`#lookup input[name="name"]`), "page_check"),
+		chromedp.SendKeys(chromedp.CSS(`#lookup input[name="key"]`), key),
+		chromedp.SendKeys(chromedp.CSS(`#lookup input[name="limit"]`), "100"),
+		chromedp.SendKeys(chromedp.CSS(`#lookup input[name="duration"]`), "60000"),
+		chromedp.Click(chromedp.CSS(`#lookup button`)),
+	)
+	if err != nil {
+		t.Fatalf("fill in the key lookup: %v", err)
+	}
+	poll.Until(t, 10*time.Second, func() bool { st = read(); return st.Owner != "" || st.LookupErr != "" }, "the lookup answers")
+	if st.Owner != owner || st.LookupErr != "" {
+		t.Errorf("lookup of %s shows owner %q (error %q, via %q), want %q as GetRateLimits reported", key, st.Owner, st.LookupErr, st.Via, owner)
+	}
+
+	shot, err := chromedp.Run(ctx, chromedp.FullScreenshot(100)) // 100: PNG
+	if err != nil {
+		t.Fatalf("screenshot: %v", err)
+	}
+	path := filepath.Join(t.TempDir(), "status-page.png")
+	if err := os.WriteFile(path, shot, 0o600); err != nil || len(shot) < 1000 {
+		t.Fatalf("screenshot of %d bytes to %s: %v", len(shot), path, err)
+	}
+	if extra := os.Getenv(screenshotEnv); extra != "" {
+		if err := os.WriteFile(extra, shot, 0o644); err != nil {
+			t.Errorf("%s: %v", screenshotEnv, err)
+		}
+	}
+
+	// A member leaves: the page follows.
+	gone := procs[2]
+	if err := gone.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	poll.Until(t, 15*time.Second, func() bool {
+		st = read()
+		if len(st.Members) != 2 || st.Arcs != 2 {
+			return false
+		}
+		for _, m := range st.Members {
+			if m.Name == gone.name {
+				return false
+			}
+		}
+		return true
+	}, "the page drops %s after SIGTERM", gone.name)
+
+	requests, errs := log.snapshot()
+	for _, e := range errs {
+		t.Errorf("browser: %s", e)
+	}
+	if len(requests) < 5 {
+		t.Errorf("the browser saw %d requests, want the page, its assets and its polls: %v", len(requests), requests)
+	}
+	for _, r := range requests {
+		if u, err := url.Parse(r); err != nil || u.Host != node.http {
+			t.Errorf("the page requested %s: not its node %s", r, node.http)
+		}
+	}
+}
+
+// TestStatusPageNeedsClientCertificate: with client certificates required,
+// the status page and its assets are served to a client with one and
+// refused to a client without.
+func TestStatusPageNeedsClientCertificate(t *testing.T) {
+	t.Parallel()
+	p := newPKI(t, "page")
+	good := p.ca.WriteFiles(t, p.dir, "good", certstest.Leaf{Client: true})
+	s := serve(t, "--tls-cert-file", p.server.Cert, "--tls-key-file", p.server.Key, "--tls-client-ca-file", p.server.CA)
+	with, without := httpsClient(p.client(t, &good)), httpsClient(p.client(t, nil))
+	for _, path := range []string{"/", "/status/app.js"} {
+		resp, err := with.Get("https://" + s.http + path)
+		if err != nil {
+			t.Fatalf("GET %s with a client certificate: %v", path, err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || resp.Header.Get("Content-Security-Policy") == "" || len(body) == 0 {
+			t.Errorf("GET %s with a client certificate = %d, CSP %q, %d bytes; want 200 with a policy", path, resp.StatusCode,
+				resp.Header.Get("Content-Security-Policy"), len(body))
+		}
+		if resp, err := without.Get("https://" + s.http + path); err == nil {
+			resp.Body.Close()
+			t.Errorf("GET %s without a client certificate answered %d; want the handshake refused", path, resp.StatusCode)
+		}
+	}
+}
+
