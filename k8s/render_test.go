@@ -35,6 +35,8 @@ type rendered struct {
 	Deployments     []*appsv1.Deployment
 	Certificates    []*certificate
 	Issuers         []*issuer
+	PrometheusRules []*prometheusRule // components/monitoring
+	PodMonitors     []*podMonitor
 }
 
 // kustomize renders dir with `kubectl kustomize`. It skips the test when
@@ -130,6 +132,12 @@ func (r *rendered) add(doc []byte) error {
 	case "cert-manager.io/v1/Issuer":
 		o := &issuer{}
 		r.Issuers, obj = append(r.Issuers, o), o
+	case "monitoring.coreos.com/v1/PrometheusRule":
+		o := &prometheusRule{}
+		r.PrometheusRules, obj = append(r.PrometheusRules, o), o
+	case "monitoring.coreos.com/v1/PodMonitor":
+		o := &podMonitor{}
+		r.PodMonitors, obj = append(r.PodMonitors, o), o
 	default:
 		return fmt.Errorf("unexpected apiVersion %q kind %q", tm.APIVersion, tm.Kind)
 	}

@@ -52,9 +52,13 @@ func (g *groupLocks) lock(key string) *sync.Mutex {
 func (n *Node) decideRun(kb *keyBuf, g []limit.Check, out []limit.Result, now int64) {
 	if len(g) == 1 {
 		out[0] = n.decide(kb, &g[0], now)
+		kb.tally.record(&g[0], &out[0].Decision)
 		return
 	}
 	n.decideGroup(kb, g, out, now)
+	for i := range g {
+		kb.tally.record(&g[i], &out[i].Decision)
+	}
 }
 
 // decideGroup decides a valid group all or nothing (see above). A refused

@@ -52,15 +52,25 @@ type testNode struct {
 
 // testCluster owns its nodes; everything stops in t.Cleanup.
 type testCluster struct {
-	t     *testing.T
-	cfg   Config
-	mu    sync.Mutex
-	nodes []*testNode
+	t   *testing.T
+	cfg Config
+	// perNode, when set, adjusts each node's config (e.g. a registry of
+	// its own).
+	perNode func(*Config)
+	mu      sync.Mutex
+	nodes   []*testNode
 }
 
 func newTestCluster(t *testing.T, n int, cfg Config) *testCluster {
 	t.Helper()
-	c := &testCluster{t: t, cfg: cfg}
+	return newTestClusterWith(t, n, cfg, nil)
+}
+
+// newTestClusterWith is newTestCluster with perNode applied to each
+// node's config.
+func newTestClusterWith(t *testing.T, n int, cfg Config, perNode func(*Config)) *testCluster {
+	t.Helper()
+	c := &testCluster{t: t, cfg: cfg, perNode: perNode}
 	for range n {
 		c.add()
 	}
@@ -112,6 +122,9 @@ func (c *testCluster) add() *testNode {
 
 	cfg := c.cfg
 	cfg.Name, cfg.GRPCAddr, cfg.Gossip = tn.name, tn.addr, tn.gossip
+	if c.perNode != nil {
+		c.perNode(&cfg)
+	}
 	if tn.node, err = New(cfg); err != nil {
 		t.Fatal(err)
 	}

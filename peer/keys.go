@@ -15,7 +15,13 @@ import (
 // The returned string aliases the buffer and is valid only until the next
 // call. That is safe because the tables never keep the string they are
 // given: they copy it (strings.Clone) when they insert a key.
-type keyBuf struct{ b []byte }
+//
+// It also carries the batch's per-rule tally (rulemetrics.go): put it
+// back with Node.putKeyBuf, which flushes the tally.
+type keyBuf struct {
+	b     []byte
+	tally ruleTally
+}
 
 func (k *keyBuf) key(name, key string) string {
 	b := binary.AppendUvarint(k.b[:0], uint64(len(name)))
@@ -23,4 +29,10 @@ func (k *keyBuf) key(name, key string) string {
 	b = append(b, key...)
 	k.b = b
 	return unsafe.String(unsafe.SliceData(b), len(b))
+}
+
+// putKeyBuf flushes kb's per-rule tally and returns it to the pool.
+func (n *Node) putKeyBuf(kb *keyBuf) {
+	kb.tally.flush()
+	n.keyBufs.Put(kb)
 }

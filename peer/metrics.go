@@ -25,9 +25,10 @@ type metrics struct {
 	standin            prometheus.Counter
 	notOwner           prometheus.Counter
 	redirects          prometheus.Counter
+	rules              *ruleMetrics
 }
 
-func newMetrics(reg prometheus.Registerer, n *Node) *metrics {
+func newMetrics(reg prometheus.Registerer, n *Node, maxRules int) *metrics {
 	fallback := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "shardlimiter_peer_fallback_decisions_total",
 		Help: "Checks decided by the fail policy because their owner could not be reached, by policy.",
@@ -101,9 +102,11 @@ func newMetrics(reg prometheus.Registerer, n *Node) *metrics {
 		Name: "shardlimiter_peer_redirects_total",
 		Help: "Checks sent on to the owner another node named after it refused them.",
 	})
+	m.rules = newRuleMetrics(maxRules)
 	if reg == nil {
 		return m
 	}
+	reg.MustRegister(m.rules.collectors()...)
 	reg.MustRegister(fallback, m.ringMembers, m.ringRebuilds, m.swept,
 		tableCollector{n: n}, sent, received, m.transferMalformed, m.handoffIncomplete,
 		handoffWait, round, m.replicationErrors, m.replicationDropped, m.standin, m.notOwner, m.redirects, handoffCollector{n: n})

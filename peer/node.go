@@ -110,6 +110,12 @@ type Config struct {
 	// this node's keys (see handoff.go); 0 means 5 s. Past it the node says
 	// so in its log and a metric and leaves anyway.
 	HandoffTimeout time.Duration
+	// MetricsMaxRules bounds the rule names that get series of their own in
+	// the per-rule metrics (rulemetrics.go); checks of later names are
+	// counted under rule="other". 0 means DefaultMetricsMaxRules (1000).
+	// Each name costs five series (~1.5 KiB) on every node and in the
+	// monitoring system.
+	MetricsMaxRules int
 	// Registerer receives the node's metrics; nil registers nothing.
 	Registerer prometheus.Registerer
 	// Logger receives the node's logs; nil discards them.
@@ -224,6 +230,7 @@ func New(cfg Config) (*Node, error) {
 	}
 	tc := table.Config{MaxKeys: cfg.MaxKeys, TrackChanges: cfg.ReplicationInterval > 0}
 	n := &Node{cfg: cfg, log: cfg.Logger, jobsKick: make(chan struct{}, 1)}
+	n.m = newMetrics(cfg.Registerer, n, cfg.MetricsMaxRules)
 	if cfg.MaxMemory > 0 {
 		n.budget = table.NewBudget(TableBudget(cfg.MaxMemory))
 		tc.Budget = n.budget
@@ -235,14 +242,13 @@ func New(cfg Config) (*Node, error) {
 		limit.SlidingWindow: window.NewSliding(tc),
 		limit.SlidingLog:    window.NewLog(tc),
 	}
-	n.keyBufs.New = func() any { return &keyBuf{b: make([]byte, 0, 64)} }
+	n.keyBufs.New = func() any { return &keyBuf{b: make([]byte, 0, 64), tally: ruleTally{rm: n.m.rules}} }
 	n.groups.seed = maphash.MakeSeed()
 	n.peers.cfg, n.peers.backoff, n.peers.self = cfg.Peer, cfg.PeerBackoff, cfg.Name
 	n.peers.log = n.log
 	// Suspensions measure real time: Config.Now is the clock of decisions,
 	// which tests may hold still.
 	n.peers.now = func() int64 { return time.Now().UnixNano() }
-	n.m = newMetrics(cfg.Registerer, n)
 	self, err := ring.New([]ring.Member{n.selfMember()}, 0, cfg.Ring)
 	if err != nil {
 		return nil, err

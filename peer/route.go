@@ -33,7 +33,7 @@ var errNotOwner = errors.New("not the owner of this key")
 func (n *Node) Check(ctx context.Context, checks []limit.Check) ([]limit.Result, error) {
 	res := make([]limit.Result, len(checks))
 	kb := n.keyBufs.Get().(*keyBuf)
-	defer n.keyBufs.Put(kb)
+	defer n.putKeyBuf(kb)
 
 	n.lockDeciding(ctx, checks)
 	now := n.cfg.Now().UnixNano()
@@ -250,7 +250,7 @@ func (n *Node) CheckLocal(ctx context.Context, checks []limit.Check) ([]limit.Re
 	res := make([]limit.Result, len(checks))
 	standin := transport.IsStandin(ctx)
 	kb := n.keyBufs.Get().(*keyBuf)
-	defer n.keyBufs.Put(kb)
+	defer n.putKeyBuf(kb)
 	if standin {
 		n.ho.deciding.RLock()
 	} else {
@@ -369,7 +369,7 @@ func (n *Node) decideHere(ctx context.Context, checks []limit.Check, idx []int, 
 		p = q
 	}
 	n.ho.deciding.RUnlock()
-	n.keyBufs.Put(kb)
+	n.putKeyBuf(kb)
 }
 
 // forward sends the items idx of checks to owner and writes their answers

@@ -65,7 +65,8 @@ func (e *malformedError) Unwrap() error { return e.err }
 // Code returns the gRPC status code a server answers a failed call with:
 //
 //	nil                                      OK
-//	batch over MaxBatch, malformed request   InvalidArgument
+//	batch over MaxBatch, malformed request,
+//	ErrInvalidArgument                       InvalidArgument
 //	ErrShuttingDown, ErrUnavailable,
 //	ErrClosed                                Unavailable
 //	ErrOverloaded                            ResourceExhausted
@@ -79,7 +80,7 @@ func Code(err error) codes.Code {
 	switch {
 	case err == nil:
 		return codes.OK
-	case errors.As(err, &be), errors.As(err, &me):
+	case errors.As(err, &be), errors.As(err, &me), errors.Is(err, ErrInvalidArgument):
 		return codes.InvalidArgument
 	case errors.Is(err, ErrOverloaded):
 		return codes.ResourceExhausted

@@ -32,6 +32,9 @@ type GRPCConfig struct {
 	// Members answers shardlimiter.v1.Cluster (clients learning the ring,
 	// members.go). Nil: the service is not served.
 	Members MembershipSource
+	// Inspector answers shardlimiter.v1.Inspect (operators reading a key's
+	// state without spending, inspect.go). Nil: the service is not served.
+	Inspector Inspector
 	// MaxBatch bounds the items of one call; a larger batch fails the whole
 	// call with InvalidArgument. Zero means DefaultMaxBatch (1000). Larger
 	// batches amortize more per-call cost but hold more memory per call.
@@ -114,6 +117,10 @@ func NewGRPCServer(cfg GRPCConfig) *GRPCServer {
 	if cfg.Members != nil {
 		pb.RegisterClusterServer(s.srv, &clusterServer{src: cfg.Members, stop: watching})
 		s.services = append(s.services, ClusterServiceName)
+	}
+	if cfg.Inspector != nil {
+		pb.RegisterInspectServer(s.srv, &inspectServer{in: cfg.Inspector})
+		s.services = append(s.services, InspectServiceName)
 	}
 	if cfg.Register != nil {
 		cfg.Register(s.srv)

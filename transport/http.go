@@ -40,6 +40,8 @@ type HTTPConfig struct {
 	// Cluster returns the cluster view served as JSON by GET /v1/cluster
 	// (members, ring version, this node). Nil: 404.
 	Cluster func() any
+	// Inspector answers GET /v1/keys (inspect.go). Nil: 404.
+	Inspector Inspector
 	// Rings returns every member's ring as this node could ask it, served
 	// as JSON by GET /v1/cluster/rings. Nil: 404.
 	Rings func(context.Context) any
@@ -80,6 +82,7 @@ const smallBody = 64 << 10
 //	GET  /readyz             200 or 503, {"status":"ready"|"not ready"}
 //	GET  /metrics            cfg.Metrics
 //	GET  /v1/cluster         cfg.Cluster() as JSON
+//	GET  /v1/keys            a key's state on its owner, read without spending (inspect.go)
 //	GET  /v1/cluster/rings   cfg.Rings(ctx) as JSON
 //
 // Every answer of its own is JSON, errors included: {"error":"…"} with 400
@@ -157,6 +160,10 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 			writeJSON(w, http.StatusOK, h.cfg.Cluster())
+		}
+	case "/v1/keys":
+		if allow(w, r, http.MethodGet) {
+			h.serveKeys(w, r)
 		}
 	case "/v1/cluster/rings":
 		if allow(w, r, http.MethodGet, http.MethodHead) {

@@ -27,21 +27,12 @@ func runCheck(ctx context.Context, args []string, getenv func(string) string, st
 	fs := flag.NewFlagSet("shardlimiter check", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	server := fs.String("server", "localhost:8081", "gRPC address of any shardlimiter node")
-	name := fs.String("name", "", "rule name, e.g. api_per_minute (required)")
-	key := fs.String("key", "", "unique key, e.g. account:42 (required)")
+	rf := addRuleFlags(fs)
 	hits := fs.Int64("hits", 1, "hits to spend; 0 peeks")
-	lim := fs.Int64("limit", 0, "hits allowed per --duration (required)")
-	dur := fs.Duration("duration", time.Minute, "the period, e.g. 1s, 1m, 1h")
-	alg := fs.String("algorithm", "TOKEN_BUCKET", "TOKEN_BUCKET, LEAKY_BUCKET, FIXED_WINDOW, SLIDING_WINDOW or SLIDING_LOG")
-	burst := fs.Int64("burst", 0, "bucket capacity / leaky queue depth; 0 = algorithm default")
-	minInterval := fs.Duration("min-interval", 0, "SLIDING_LOG: minimum gap between admitted hits")
-	warmup := fs.Duration("warmup", 0, "TOKEN_BUCKET: warm-up period after idleness")
 	reset := fs.Bool("reset", false, "forget the key's state first")
 	countRejected := fs.Bool("count-rejected", false, "rejected hits still count")
 	timeout := fs.Duration("timeout", 5*time.Second, "deadline of the call")
-	tlsCA := fs.String("tls-ca", "", "PEM CA the server's certificate chains to: connect with TLS (the server's --tls-cert-file)")
-	tlsCert := fs.String("tls-cert", "", "PEM client certificate, for a server with --tls-client-ca-file")
-	tlsKey := fs.String("tls-key", "", "PEM key of --tls-cert")
+	tf := addTLSFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return exitOK
@@ -51,15 +42,12 @@ func runCheck(ctx context.Context, args []string, getenv func(string) string, st
 	if s := getenv(envName("server")); s != "" && !isSet(fs, "server") {
 		*server = s
 	}
-	c := limit.Check{Name: *name, Key: *key, Hits: *hits, Rule: limit.Rule{
-		Limit: *lim, Period: *dur, Burst: *burst, MinInterval: *minInterval, Warmup: *warmup,
-	}}
-	a, ok := parseAlgorithm(*alg)
-	if !ok {
-		fmt.Fprintf(stderr, "shardlimiter check: unknown --algorithm %q\n", *alg)
+	c, err := rf.check()
+	if err != nil {
+		fmt.Fprintf(stderr, "shardlimiter check: %v\n", err)
 		return exitUsage
 	}
-	c.Rule.Algorithm = a
+	c.Hits = *hits
 	if *reset {
 		c.Rule.Behavior |= limit.Reset
 	}
@@ -72,25 +60,9 @@ func runCheck(ctx context.Context, args []string, getenv func(string) string, st
 	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	var opts []grpc.DialOption
-	if *tlsCA != "" || *tlsCert != "" {
-		st, err := certs.Load(certs.Files{Cert: *tlsCert, Key: *tlsKey, CA: *tlsCA})
-		if err != nil {
-			fmt.Fprintf(stderr, "shardlimiter check: %v\n", err)
-			return exitUsage
-		}
-		cfg := st.ClientConfig()
-		if host, _, err := net.SplitHostPort(*server); err == nil {
-			// A client checks the server's name too, unlike a peer.
-			cfg = &tls.Config{RootCAs: st.Pool(), ServerName: host, MinVersion: tls.VersionTLS12,
-				GetClientCertificate: cfg.GetClientCertificate}
-		}
-		opts = append(opts, grpc.WithTransportCredentials(credentials.NewTLS(cfg)))
-	}
-	client, err := transport.Dial(*server, opts...)
-	if err != nil {
-		fmt.Fprintf(stderr, "shardlimiter check: %v\n", err)
-		return exitFail
+	client, code := tf.dial(*server, "check", stderr)
+	if client == nil {
+		return code
 	}
 	defer client.Close()
 	res, err := client.GetRateLimits(ctx, []limit.Check{c})
@@ -103,6 +75,87 @@ func runCheck(ctx context.Context, args []string, getenv func(string) string, st
 		return exitFail
 	}
 	return exitOK
+}
+
+// ruleFlags are the flags of one check's identity and rule.
+type ruleFlags struct {
+	name, key, alg      *string
+	lim, burst          *int64
+	dur, minInt, warmup *time.Duration
+}
+
+func addRuleFlags(fs *flag.FlagSet) ruleFlags {
+	return ruleFlags{
+		name:   fs.String("name", "", "rule name, e.g. api_per_minute (required)"),
+		key:    fs.String("key", "", "unique key, e.g. account:42 (required)"),
+		lim:    fs.Int64("limit", 0, "hits allowed per --duration (required)"),
+		dur:    fs.Duration("duration", time.Minute, "the period, e.g. 1s, 1m, 1h"),
+		alg:    fs.String("algorithm", "TOKEN_BUCKET", "TOKEN_BUCKET, LEAKY_BUCKET, FIXED_WINDOW, SLIDING_WINDOW or SLIDING_LOG"),
+		burst:  fs.Int64("burst", 0, "bucket capacity / leaky queue depth; 0 = algorithm default"),
+		minInt: fs.Duration("min-interval", 0, "SLIDING_LOG: minimum gap between admitted hits"),
+		warmup: fs.Duration("warmup", 0, "TOKEN_BUCKET: warm-up period after idleness"),
+	}
+}
+
+// check is the check the flags describe (Hits 0, not validated).
+func (f ruleFlags) check() (limit.Check, error) {
+	a, ok := parseAlgorithm(*f.alg)
+	if !ok {
+		return limit.Check{}, fmt.Errorf("unknown --algorithm %q", *f.alg)
+	}
+	return limit.Check{Name: *f.name, Key: *f.key, Rule: limit.Rule{
+		Algorithm: a, Limit: *f.lim, Period: *f.dur, Burst: *f.burst, MinInterval: *f.minInt, Warmup: *f.warmup,
+	}}, nil
+}
+
+// tlsFlags are the client TLS flags of the subcommands.
+type tlsFlags struct{ ca, cert, key *string }
+
+func addTLSFlags(fs *flag.FlagSet) tlsFlags {
+	return tlsFlags{
+		ca:   fs.String("tls-ca", "", "PEM CA the server's certificate chains to: connect with TLS (the server's --tls-cert-file)"),
+		cert: fs.String("tls-cert", "", "PEM client certificate, for a server with --tls-client-ca-file"),
+		key:  fs.String("tls-key", "", "PEM key of --tls-cert"),
+	}
+}
+
+// config is the client TLS configuration for server (host:port), nil
+// without TLS flags.
+func (f tlsFlags) config(server string) (*tls.Config, error) {
+	if *f.ca == "" && *f.cert == "" {
+		return nil, nil
+	}
+	st, err := certs.Load(certs.Files{Cert: *f.cert, Key: *f.key, CA: *f.ca})
+	if err != nil {
+		return nil, err
+	}
+	cfg := st.ClientConfig()
+	if host, _, err := net.SplitHostPort(server); err == nil {
+		// A client checks the server's name too, unlike a peer.
+		cfg = &tls.Config{RootCAs: st.Pool(), ServerName: host, MinVersion: tls.VersionTLS12,
+			GetClientCertificate: cfg.GetClientCertificate}
+	}
+	return cfg, nil
+}
+
+// dial connects to server's gRPC port; on failure it says so on stderr
+// (as subcommand cmd) and returns nil and the exit code.
+func (f tlsFlags) dial(server, cmd string, stderr io.Writer) (*transport.Client, int) {
+	cfg, err := f.config(server)
+	if err != nil {
+		fmt.Fprintf(stderr, "shardlimiter %s: %v\n", cmd, err)
+		return nil, exitUsage
+	}
+	var opts []grpc.DialOption
+	if cfg != nil {
+		opts = append(opts, grpc.WithTransportCredentials(credentials.NewTLS(cfg)))
+	}
+	client, err := transport.Dial(server, opts...)
+	if err != nil {
+		fmt.Fprintf(stderr, "shardlimiter %s: %v\n", cmd, err)
+		return nil, exitFail
+	}
+	return client, exitOK
 }
 
 func isSet(fs *flag.FlagSet, name string) (set bool) {

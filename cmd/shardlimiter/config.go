@@ -49,6 +49,10 @@ type config struct {
 	memorySource  string // where maxMemory came from: flag, cgroup or default
 	readTimeout   time.Duration
 	idleTimeout   time.Duration
+	// Per-rule metrics: rule names with series of their own, and series
+	// of detailed_metric descriptor values (0 = none).
+	metricsMaxRules    int
+	metricsMaxDetailed int
 }
 
 // envName returns the environment variable that also sets flag name.
@@ -94,6 +98,8 @@ func newFlagSet(name string, out io.Writer) (*flag.FlagSet, map[string]*string) 
 	def("max-memory", "auto", "the node's memory budget: 512MiB, 2GiB, 1G (10^9) or plain bytes; the tables keep within a share of it and the Go runtime collects before it is reached (unless GOMEMLIMIT is set); auto = the cgroup memory limit, else 2GiB; the Go runtime's soft limit is 90% of it, the tables' byte budget half")
 	def("read-timeout", "15s", "HTTP: longest time to read a whole request, headers and body; a stalled upload is closed after it")
 	def("idle-timeout", "60s", "HTTP keep-alive and client gRPC connections with no request in progress are closed after this long")
+	def("metrics-max-rules", "1000", "most rule names with per-rule metric series of their own (native names; rules of the rules file each count one); checks of further names are counted under rule=\"other\"")
+	def("metrics-max-detailed", "0", "most series of detailed_metric rules (their descriptor values in the rule label, as envoyproxy/ratelimit's detailed_metric); further values are counted under their rule's path; 0 = detailed_metric is ignored")
 	def("config", "", "comma-separated rules files or directories (envoyproxy/ratelimit's YAML; docs/RULES.md), reloaded when they change; empty = no rules")
 	def("rls-headers-format", "ietf", "Envoy rate-limit service, with --rls-headers: ietf (RateLimit and RateLimit-Policy, draft-ietf-httpapi-ratelimit-headers-11) or ratelimit (envoyproxy/ratelimit's RateLimit-Limit, RateLimit-Remaining, RateLimit-Reset)")
 	def("rls-header-limit", "RateLimit-Limit", "Envoy rate-limit service: name of the limit header of --rls-headers-format ratelimit")
@@ -113,7 +119,7 @@ func newFlagSet(name string, out io.Writer) (*flag.FlagSet, map[string]*string) 
 	raw["pprof"] = (*string)(&pprof)
 	fs.Var(&pprof, "pprof", "serve Go profiles at /debug/pprof/ on the HTTP address, for operators profiling a node (env "+envName("pprof")+")")
 	fs.Usage = func() {
-		fmt.Fprintf(out, "Usage: %s [flags]\n       %s check [flags]   (a one-off check against a server; see %s check -h)\n\nEvery flag can also be set by its environment variable.\n\nFlags:\n", name, name, name)
+		fmt.Fprintf(out, "Usage: %s [flags]\n       %s check [flags]   (a one-off check against a server; see %s check -h)\n       %s inspect key|match [flags]   (a key's state, or the rule descriptors match, without counting)\n\nEvery flag can also be set by its environment variable.\n\nFlags:\n", name, name, name, name)
 		fs.PrintDefaults()
 	}
 	return fs, raw
@@ -214,6 +220,12 @@ func validate(raw map[string]*string) (config, error) {
 	}
 	if c.rls, err = parseRLS(raw); err != nil {
 		errs = append(errs, err)
+	}
+	if c.metricsMaxRules, err = strconv.Atoi(*raw["metrics-max-rules"]); err != nil || c.metricsMaxRules <= 0 {
+		bad("metrics-max-rules", "want a positive integer, got %q", *raw["metrics-max-rules"])
+	}
+	if c.metricsMaxDetailed, err = strconv.Atoi(*raw["metrics-max-detailed"]); err != nil || c.metricsMaxDetailed < 0 {
+		bad("metrics-max-detailed", "want 0 or a positive integer, got %q", *raw["metrics-max-detailed"])
 	}
 	if c.pprof, err = strconv.ParseBool(*raw["pprof"]); err != nil {
 		bad("pprof", "want true or false, got %q", *raw["pprof"])

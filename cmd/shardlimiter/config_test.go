@@ -83,6 +83,8 @@ func TestConfigRejectsBadValues(t *testing.T) {
 		{[]string{"--peer-tls-cert-file", "a", "--peer-tls-key-file", "b"}, env(), "needs all three"},
 		{[]string{"--tls-cert-file", "a"}, env(), "needs both"},
 		{[]string{"--tls-client-ca-file", "a"}, env(), "client certificates need TLS"},
+		{[]string{"--metrics-max-rules", "0"}, env(), "--metrics-max-rules: want a positive integer"},
+		{[]string{"--metrics-max-detailed", "-1"}, env(), "--metrics-max-detailed: want 0 or a positive integer"},
 		{[]string{"--no-such-flag"}, env(), "flag provided but not defined"},
 		{[]string{"extra"}, env(), `unexpected argument "extra"`},
 	}

@@ -1,6 +1,8 @@
 // Command shardlimiter runs a shardlimiter node, or, as `shardlimiter
-// check`, asks a running node one question, or, as `shardlimiter config
-// check FILE…`, validates rules files offline.
+// check`, asks a running node one question, or, as `shardlimiter inspect
+// key|match`, reads a key's state or which rule descriptors match without
+// counting, or, as `shardlimiter config check FILE…`, validates rules
+// files offline.
 //
 // With no arguments it serves on one machine with defaults: HTTP on :8080,
 // gRPC on :8081, gossip on :7946, a cluster of one. Every flag can also be
@@ -41,6 +43,9 @@ const (
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "check" {
 		return runCheck(ctx, args[1:], getenv, stdout, stderr)
+	}
+	if len(args) > 0 && args[0] == "inspect" {
+		return runInspect(ctx, args[1:], getenv, stdout, stderr)
 	}
 	if len(args) > 0 && args[0] == "config" {
 		return runConfig(args[1:], stdout, stderr)

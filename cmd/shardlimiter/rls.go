@@ -148,11 +148,13 @@ func (r *rlsServer) register(s *grpc.Server) { r.svc.Register(s) }
 // as it does GetRateLimits (GRPCConfig.ShedMethods).
 func (r *rlsServer) shedMethods() []string { return []string{rls.ShouldRateLimitMethod} }
 
-// handler serves POST /json and GET /v1/config, and next otherwise.
+// handler serves POST /json, GET /v1/config and POST /v1/config/match,
+// and next otherwise.
 func (r *rlsServer) handler(next http.Handler) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/json", r.svc.JSONHandler())
 	mux.Handle("/v1/config", rls.ConfigHandler(r.store))
+	mux.Handle("/v1/config/match", rls.MatchHandler(r.store))
 	mux.Handle("/", next)
 	return mux
 }

@@ -146,6 +146,7 @@ func newServer(cfg config, log *slog.Logger) (s *server, err error) {
 		Peer:                peerCfg,
 		ReplicationInterval: cfg.replication,
 		HandoffTimeout:      cfg.handoff,
+		MetricsMaxRules:     cfg.metricsMaxRules,
 		Registerer:          reg,
 		Logger:              log,
 	})
@@ -167,6 +168,7 @@ func newServer(cfg config, log *slog.Logger) (s *server, err error) {
 		Register:      s.rls.register,
 		ShedMethods:   s.rls.shedMethods(),
 		Members:       s.node, // clients learn the ring (package client)
+		Inspector:     ruleInspector{rules: s.rls.store, node: s.node},
 		MaxBatch:      cfg.maxBatch,
 		Metrics:       tm,
 		InFlight:      clientBound,
@@ -185,6 +187,7 @@ func newServer(cfg config, log *slog.Logger) (s *server, err error) {
 		MaxBatch:  cfg.maxBatch,
 		Ready:     s.node.Ready,
 		Cluster:   func() any { return s.node.Cluster() },
+		Inspector: ruleInspector{rules: s.rls.store, node: s.node},
 		Rings:     func(ctx context.Context) any { return s.node.Rings(ctx) },
 		Metrics:   promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
 		Telemetry: tm,

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -76,10 +77,7 @@ func (b *browserLog) listen(ev any) {
 		}
 		b.errors = append(b.errors, fmt.Sprintf("exception: %s (%s:%d)", msg, d.URL, d.LineNumber))
 	case *cdplog.EventEntryAdded:
-		e := ev.Entry
-		// The key lookup asks GET /v1/keys first and peeks when the node
-		// answers 404 for it (no inspection API): that 404 is expected.
-		if e.Level == cdplog.EntryLevelError && !(e.Source == cdplog.EntrySourceNetwork && strings.Contains(e.URL, "/v1/keys?")) {
+		if e := ev.Entry; e.Level == cdplog.EntryLevelError {
 			b.errors = append(b.errors, fmt.Sprintf("log (%s): %s %s", e.Source, e.Text, e.URL))
 		}
 	}
@@ -104,6 +102,9 @@ type pageState struct {
 	Arcs      int          `json:"arcs"`
 	Agree     string       `json:"agree"`
 	Errors    string       `json:"errors"`
+	Seen      []string     `json:"seen"`
+	Rules     [][]string   `json:"rules"`
+	RuleNote  string       `json:"ruleNote"`
 	Owner     string       `json:"owner"`
 	Via       string       `json:"via"`
 	LookupErr string       `json:"lookupErr"`
@@ -117,6 +118,9 @@ const readPage = `(() => {
     arcs: document.querySelectorAll("#ring path").length,
     agree: q("#agree").textContent,
     errors: q("#errors").hidden ? "" : q("#errors").textContent,
+    seen: [...document.querySelectorAll("#seen tbody tr")].map((tr) => tr.cells[0].textContent),
+    rules: [...document.querySelectorAll("#rules tbody tr")].map((tr) => [...tr.cells].map((c) => c.textContent)),
+    ruleNote: q("#rule-metrics-note").textContent,
     owner: q("#lookup-result").hidden ? "" : q("#lookup-owner").textContent,
     via: q("#lookup-via").textContent,
     lookupErr: q("#lookup-error").hidden ? "" : q("#lookup-error").textContent,
@@ -149,9 +153,11 @@ func clusterShares(p *proc) map[string]float64 {
 // TestStatusPageInBrowser opens the status page of a real 3-process cluster
 // (127.0.0.70-72) in headless Chromium: the page loads with no console
 // error and sends no request anywhere but its node, shows the three
-// members with the shares the node reports and their agreement, looks up a
-// key's owner as GetRateLimits reports it, and drops a member that leaves
-// (SIGTERM). A screenshot goes to the test's directory.
+// members with the shares the node reports and their agreement, the rules
+// file's rule and the rule names its node decided (per-rule metrics),
+// looks up a key's owner through GET /v1/keys as GetRateLimits reports it,
+// and drops a member that leaves (SIGTERM). A screenshot goes to the
+// test's directory (and to $SHARDLIMITER_STATUS_SCREENSHOT when set).
 func TestStatusPageInBrowser(t *testing.T) {
 	chrome := chromium(t)
 	t.Parallel()
@@ -177,21 +183,29 @@ func TestStatusPageInBrowser(t *testing.T) {
 	}, "3 nodes converge")
 	node := procs[0]
 
-	// A key owned elsewhere than the page's node, as GetRateLimits says.
+	// Checks through the page's node, until one key is owned elsewhere (the
+	// lookup's, with its owner as GetRateLimits says) and one here (the
+	// per-rule metrics count on the deciding node): a native rule and the
+	// rules file's, by name.
 	c, err := transport.Dial(node.grpc)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
 	rule := limit.Rule{Algorithm: limit.TokenBucket, Limit: 100, Period: time.Minute}
-	var key, owner string
-	for i := 0; owner == "" || owner == node.name; i++ {
-		key = fmt.Sprint("account:", i)
-		res, err := c.GetRateLimits(context.Background(), []limit.Check{{Name: "page_check", Key: key, Hits: 1, Rule: rule}})
-		if err != nil || res[0].Error != "" {
-			t.Fatalf("GetRateLimits(%s) = %+v, %v", key, res, err)
+	var key, owner, local string
+	for i := 0; owner == "" || local == ""; i++ {
+		k := fmt.Sprint("account:", i)
+		res, err := c.GetRateLimits(context.Background(), []limit.Check{
+			{Name: "page_check", Key: k, Hits: 1, Rule: rule}, {Name: "web_per_minute", Key: k, Hits: 1}})
+		if err != nil || res[0].Error != "" || res[1].Error != "" {
+			t.Fatalf("GetRateLimits(%s) = %+v, %v", k, res, err)
 		}
-		owner = res[0].Owner
+		if res[0].Owner == node.name {
+			local = k
+		} else if owner == "" {
+			key, owner = k, res[0].Owner
+		}
 	}
 
 	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(chrome), chromedp.WindowSize(1280, 1400),
@@ -229,6 +243,34 @@ func TestStatusPageInBrowser(t *testing.T) {
 	if st.Errors != "" {
 		t.Errorf("the page shows errors: %s", st.Errors)
 	}
+	// Load on the local key while the page watches: its rule's rates rise.
+	loadCtx, stopLoad := context.WithCancel(ctx)
+	var load sync.WaitGroup
+	load.Go(func() {
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			_, _ = c.GetRateLimits(loadCtx, []limit.Check{
+				{Name: "page_check", Key: local, Hits: 1, Rule: rule}, {Name: "web_per_minute", Key: local, Hits: 1}})
+			select {
+			case <-loadCtx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	})
+	defer func() { stopLoad(); load.Wait() }()
+	poll.Until(t, 15*time.Second, func() bool {
+		st = read()
+		if len(st.Rules) != 1 || len(st.Rules[0]) != 7 {
+			return false
+		}
+		rate, err := strconv.ParseFloat(st.Rules[0][5], 64)
+		return err == nil && rate > 0 && slices.Contains(st.Seen, "page_check") && slices.Contains(st.Seen, "web_per_minute")
+	}, "the page shows the rules file's rule with live checks/s and the rule names its node decided")
+	if st.RuleNote != "" || st.Rules[0][0] != "web" || st.Rules[0][2] != "web_per_minute" || st.Rules[0][3] != "50 per minute" {
+		t.Errorf("rules table %q (note %q), want domain web, web_per_minute, 50 per minute", st.Rules, st.RuleNote)
+	}
 	shares := clusterShares(node)
 	for _, m := range st.Members {
 		want, ok := shares[m.Name]
@@ -250,7 +292,7 @@ func TestStatusPageInBrowser(t *testing.T) {
 		t.Fatalf("fill in the key lookup: %v", err)
 	}
 	poll.Until(t, 10*time.Second, func() bool { st = read(); return st.Owner != "" || st.LookupErr != "" }, "the lookup answers")
-	if st.Owner != owner || st.LookupErr != "" {
+	if st.Owner != owner || st.LookupErr != "" || !strings.HasPrefix(st.Via, "GET /v1/keys") {
 		t.Errorf("lookup of %s shows owner %q (error %q, via %q), want %q as GetRateLimits reported", key, st.Owner, st.LookupErr, st.Via, owner)
 	}
 
@@ -267,6 +309,9 @@ func TestStatusPageInBrowser(t *testing.T) {
 			t.Errorf("%s: %v", screenshotEnv, err)
 		}
 	}
+
+	stopLoad()
+	load.Wait()
 
 	// A member leaves: the page follows.
 	gone := procs[2]
@@ -326,4 +371,3 @@ func TestStatusPageNeedsClientCertificate(t *testing.T) {
 		}
 	}
 }
-

@@ -99,6 +99,16 @@ func TestClientTLS(t *testing.T) {
 	} else {
 		resp.Body.Close()
 	}
+	// Key inspection is on the same listener, under the same TLS.
+	if resp, err := goodHTTP.Get("https://" + s.http + "/v1/keys?name=a&key=k&limit=1&duration_ms=1000"); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("GET /v1/keys with a valid client certificate: %v %v", resp, err)
+	} else {
+		resp.Body.Close()
+	}
+	if resp, err := httpsClient(p.client(t, nil)).Get("https://" + s.http + "/v1/keys?name=a&key=k&limit=1&duration_ms=1000"); err == nil {
+		resp.Body.Close()
+		t.Errorf("GET /v1/keys without a client certificate answered %d; want it refused", resp.StatusCode)
+	}
 
 	refused := []struct {
 		name  string

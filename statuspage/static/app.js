@@ -10,7 +10,7 @@ const MINUTE_MS = 60000;
 // a little over a minute of them, so that rates and "in the last minute"
 // are differences of two scrapes.
 const history = [];
-let keysAPI = true; // GET /v1/keys exists (the inspection API); false after a 404 for its path
+let keysAPI = true; // GET /v1/keys (the inspection API) answers here; false after a 404
 
 const $ = (id) => document.getElementById(id);
 
@@ -302,39 +302,40 @@ async function refresh() {
   document.body.dataset.refreshed = String(Number(document.body.dataset.refreshed || 0) + 1);
 }
 
+// lookup reads a key without spending: GET /v1/keys (the inspection API)
+// where the node has it, else a peek (POST /v1/GetRateLimits, hits 0).
 async function lookup(ev) {
   ev.preventDefault();
   const f = ev.target.elements;
-  const name = f.name.value.trim();
-  const key = f.key.value.trim();
+  const item = { name: f.name.value.trim(), unique_key: f.key.value.trim() };
+  if (f.limit.value !== "") {
+    item.limit = Number(f.limit.value);
+    item.duration_ms = Number(f.duration.value || 0);
+    item.algorithm = f.algorithm.value;
+  }
   $("lookup-error").hidden = true;
   $("lookup-result").hidden = true;
   try {
     let owner, via, state;
-    const q = `/v1/keys?name=${encodeURIComponent(name)}&key=${encodeURIComponent(key)}`;
-    const r = keysAPI ? await fetch(q, { cache: "no-store" }) : null;
-    let body = r ? await r.json().catch(() => ({})) : {};
-    if (r && r.status === 404 && /no such endpoint/.test(body.error || "")) keysAPI = false;
+    const q = new URLSearchParams({ name: item.name, key: item.unique_key });
+    for (const k of ["limit", "duration_ms", "algorithm"]) if (item[k] !== undefined) q.set(k, item[k]);
+    const r = keysAPI ? await fetch("/v1/keys?" + q, { cache: "no-store" }) : null;
+    if (r && r.status === 404) keysAPI = false; // no inspection API on this node: peek from now on
     if (r && keysAPI) {
+      const body = await r.json();
       if (!r.ok) throw new Error(body.error || `HTTP ${r.status}`);
       owner = body.owner || "";
-      via = "GET /v1/keys (inspection, consumes nothing)";
+      via = "GET /v1/keys: read on its owner, consumes nothing";
       state = body;
     } else {
-      const item = { name, unique_key: key, hits: 0 };
-      if (f.limit.value !== "") {
-        item.limit = Number(f.limit.value);
-        item.duration_ms = Number(f.duration.value || 0);
-        item.algorithm = f.algorithm.value;
-      }
       const resp = await fetch("/v1/GetRateLimits", { method: "POST", headers: { "Content-Type": "application/json" },
-        body: JSON.stringify({ requests: [item] }) });
-      body = await resp.json();
+        body: JSON.stringify({ requests: [{ ...item, hits: 0 }] }) });
+      const body = await resp.json();
       if (!resp.ok) throw new Error(body.error || `HTTP ${resp.status}`);
       const res = body.responses[0];
       if (res.error) throw new Error(res.error);
       owner = (res.metadata || {}).owner || "";
-      via = "a peek: POST /v1/GetRateLimits with hits 0 (the inspection API is not on this node)";
+      via = "a peek: POST /v1/GetRateLimits with hits 0 (no inspection API on this node)";
       state = { status: res.status, limit: res.limit, remaining: res.remaining, reset_time_ms: res.reset_time_ms };
     }
     $("lookup-owner").textContent = owner;

@@ -473,7 +473,7 @@ var File_shardlimiter_v1_state_proto protoreflect.FileDescriptor
 
 const file_shardlimiter_v1_state_proto_rawDesc = "" +
 	"\n" +
-	"\x1bshardlimiter/v1/state.proto\x12\x0fshardlimiter.v1\x1a\"shardlimiter/v1/shardlimiter.proto\"l\n" +
+	"\x1bshardlimiter/v1/state.proto\x12\x0fshardlimiter.v1\x1a\x1dshardlimiter/v1/inspect.proto\x1a\"shardlimiter/v1/shardlimiter.proto\"l\n" +
 	"\bKeyState\x128\n" +
 	"\talgorithm\x18\x01 \x01(\x0e2\x1a.shardlimiter.v1.AlgorithmR\talgorithm\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\fR\x03key\x12\x14\n" +
@@ -505,10 +505,11 @@ const file_shardlimiter_v1_state_proto_rawDesc = "" +
 	"\bTransfer\x12\v\n" +
 	"\aREPLICA\x10\x00\x12\b\n" +
 	"\x04JOIN\x10\x01\x12\t\n" +
-	"\x05LEAVE\x10\x022\xea\x01\n" +
+	"\x05LEAVE\x10\x022\xb3\x02\n" +
 	"\x05State\x12M\n" +
 	"\x04Push\x12!.shardlimiter.v1.PushStateRequest\x1a\".shardlimiter.v1.PushStateResponse\x12M\n" +
-	"\x04Pull\x12!.shardlimiter.v1.PullStateRequest\x1a\".shardlimiter.v1.PullStateResponse\x12C\n" +
+	"\x04Pull\x12!.shardlimiter.v1.PullStateRequest\x1a\".shardlimiter.v1.PullStateResponse\x12G\n" +
+	"\aInspect\x12\".shardlimiter.v1.InspectKeyRequest\x1a\x18.shardlimiter.v1.KeyView\x12C\n" +
 	"\x04Ring\x12\x1c.shardlimiter.v1.RingRequest\x1a\x1d.shardlimiter.v1.RingResponseB6Z4github.com/shardlimiter/shardlimiter/transport/pb;pbb\x06proto3"
 
 var (
@@ -535,23 +536,27 @@ var file_shardlimiter_v1_state_proto_goTypes = []any{
 	(*RingRequest)(nil),       // 6: shardlimiter.v1.RingRequest
 	(*RingResponse)(nil),      // 7: shardlimiter.v1.RingResponse
 	(Algorithm)(0),            // 8: shardlimiter.v1.Algorithm
+	(*InspectKeyRequest)(nil), // 9: shardlimiter.v1.InspectKeyRequest
+	(*KeyView)(nil),           // 10: shardlimiter.v1.KeyView
 }
 var file_shardlimiter_v1_state_proto_depIdxs = []int32{
-	8, // 0: shardlimiter.v1.KeyState.algorithm:type_name -> shardlimiter.v1.Algorithm
-	0, // 1: shardlimiter.v1.PushStateRequest.transfer:type_name -> shardlimiter.v1.Transfer
-	1, // 2: shardlimiter.v1.PushStateRequest.keys:type_name -> shardlimiter.v1.KeyState
-	1, // 3: shardlimiter.v1.PullStateResponse.keys:type_name -> shardlimiter.v1.KeyState
-	2, // 4: shardlimiter.v1.State.Push:input_type -> shardlimiter.v1.PushStateRequest
-	4, // 5: shardlimiter.v1.State.Pull:input_type -> shardlimiter.v1.PullStateRequest
-	6, // 6: shardlimiter.v1.State.Ring:input_type -> shardlimiter.v1.RingRequest
-	3, // 7: shardlimiter.v1.State.Push:output_type -> shardlimiter.v1.PushStateResponse
-	5, // 8: shardlimiter.v1.State.Pull:output_type -> shardlimiter.v1.PullStateResponse
-	7, // 9: shardlimiter.v1.State.Ring:output_type -> shardlimiter.v1.RingResponse
-	7, // [7:10] is the sub-list for method output_type
-	4, // [4:7] is the sub-list for method input_type
-	4, // [4:4] is the sub-list for extension type_name
-	4, // [4:4] is the sub-list for extension extendee
-	0, // [0:4] is the sub-list for field type_name
+	8,  // 0: shardlimiter.v1.KeyState.algorithm:type_name -> shardlimiter.v1.Algorithm
+	0,  // 1: shardlimiter.v1.PushStateRequest.transfer:type_name -> shardlimiter.v1.Transfer
+	1,  // 2: shardlimiter.v1.PushStateRequest.keys:type_name -> shardlimiter.v1.KeyState
+	1,  // 3: shardlimiter.v1.PullStateResponse.keys:type_name -> shardlimiter.v1.KeyState
+	2,  // 4: shardlimiter.v1.State.Push:input_type -> shardlimiter.v1.PushStateRequest
+	4,  // 5: shardlimiter.v1.State.Pull:input_type -> shardlimiter.v1.PullStateRequest
+	9,  // 6: shardlimiter.v1.State.Inspect:input_type -> shardlimiter.v1.InspectKeyRequest
+	6,  // 7: shardlimiter.v1.State.Ring:input_type -> shardlimiter.v1.RingRequest
+	3,  // 8: shardlimiter.v1.State.Push:output_type -> shardlimiter.v1.PushStateResponse
+	5,  // 9: shardlimiter.v1.State.Pull:output_type -> shardlimiter.v1.PullStateResponse
+	10, // 10: shardlimiter.v1.State.Inspect:output_type -> shardlimiter.v1.KeyView
+	7,  // 11: shardlimiter.v1.State.Ring:output_type -> shardlimiter.v1.RingResponse
+	8,  // [8:12] is the sub-list for method output_type
+	4,  // [4:8] is the sub-list for method input_type
+	4,  // [4:4] is the sub-list for extension type_name
+	4,  // [4:4] is the sub-list for extension extendee
+	0,  // [0:4] is the sub-list for field type_name
 }
 
 func init() { file_shardlimiter_v1_state_proto_init() }
@@ -559,6 +564,7 @@ func file_shardlimiter_v1_state_proto_init() {
 	if File_shardlimiter_v1_state_proto != nil {
 		return
 	}
+	file_shardlimiter_v1_inspect_proto_init()
 	file_shardlimiter_v1_shardlimiter_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{

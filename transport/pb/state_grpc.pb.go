@@ -19,9 +19,10 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	State_Push_FullMethodName = "/shardlimiter.v1.State/Push"
-	State_Pull_FullMethodName = "/shardlimiter.v1.State/Pull"
-	State_Ring_FullMethodName = "/shardlimiter.v1.State/Ring"
+	State_Push_FullMethodName    = "/shardlimiter.v1.State/Push"
+	State_Pull_FullMethodName    = "/shardlimiter.v1.State/Pull"
+	State_Inspect_FullMethodName = "/shardlimiter.v1.State/Inspect"
+	State_Ring_FullMethodName    = "/shardlimiter.v1.State/Ring"
 )
 
 // StateClient is the client API for State service.
@@ -41,6 +42,10 @@ type StateClient interface {
 	// hands them over: from then on it routes checks of those partitions to
 	// the puller instead of deciding them.
 	Pull(ctx context.Context, in *PullStateRequest, opts ...grpc.CallOption) (*PullStateResponse, error)
+	// Inspect reads what the receiver holds of one key, whoever owns it,
+	// without changing anything (the Inspect service asks the owner and the
+	// replica holder with it). It never forwards.
+	Inspect(ctx context.Context, in *InspectKeyRequest, opts ...grpc.CallOption) (*KeyView, error)
 	// Ring describes the ring the receiver routes by, so that one node can
 	// tell whether every member agrees on the member list (the status
 	// page). It moves no key state and costs the receiver a few
@@ -76,6 +81,16 @@ func (c *stateClient) Pull(ctx context.Context, in *PullStateRequest, opts ...gr
 	return out, nil
 }
 
+func (c *stateClient) Inspect(ctx context.Context, in *InspectKeyRequest, opts ...grpc.CallOption) (*KeyView, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(KeyView)
+	err := c.cc.Invoke(ctx, State_Inspect_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *stateClient) Ring(ctx context.Context, in *RingRequest, opts ...grpc.CallOption) (*RingResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(RingResponse)
@@ -103,6 +118,10 @@ type StateServer interface {
 	// hands them over: from then on it routes checks of those partitions to
 	// the puller instead of deciding them.
 	Pull(context.Context, *PullStateRequest) (*PullStateResponse, error)
+	// Inspect reads what the receiver holds of one key, whoever owns it,
+	// without changing anything (the Inspect service asks the owner and the
+	// replica holder with it). It never forwards.
+	Inspect(context.Context, *InspectKeyRequest) (*KeyView, error)
 	// Ring describes the ring the receiver routes by, so that one node can
 	// tell whether every member agrees on the member list (the status
 	// page). It moves no key state and costs the receiver a few
@@ -123,6 +142,9 @@ func (UnimplementedStateServer) Push(context.Context, *PushStateRequest) (*PushS
 }
 func (UnimplementedStateServer) Pull(context.Context, *PullStateRequest) (*PullStateResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Pull not implemented")
+}
+func (UnimplementedStateServer) Inspect(context.Context, *InspectKeyRequest) (*KeyView, error) {
+	return nil, status.Error(codes.Unimplemented, "method Inspect not implemented")
 }
 func (UnimplementedStateServer) Ring(context.Context, *RingRequest) (*RingResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Ring not implemented")
@@ -184,6 +206,24 @@ func _State_Pull_Handler(srv interface{}, ctx context.Context, dec func(interfac
 	return interceptor(ctx, in, info, handler)
 }
 
+func _State_Inspect_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(InspectKeyRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(StateServer).Inspect(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: State_Inspect_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(StateServer).Inspect(ctx, req.(*InspectKeyRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _State_Ring_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(RingRequest)
 	if err := dec(in); err != nil {
@@ -216,6 +256,10 @@ var State_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Pull",
 			Handler:    _State_Pull_Handler,
+		},
+		{
+			MethodName: "Inspect",
+			Handler:    _State_Inspect_Handler,
 		},
 		{
 			MethodName: "Ring",

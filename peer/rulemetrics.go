@@ -1,0 +1,199 @@
+package peer
+
+import (
+	"sync"
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/shardlimiter/shardlimiter/limit"
+)
+
+// Per-rule metrics: the checks this node decided, by rule name and outcome.
+//
+// A rule name comes from the caller, so its series are bounded: the first
+// MetricsMaxRules names get series of their own, every later one is
+// counted under rule="other" (and in a counter of such checks). The unique
+// key never becomes a label.
+//
+// The check path pays one atomic load, one map lookup and one or two
+// atomic adds per check: the counters of a name are bound once, when the
+// name is first seen, and published in a copy-on-write map behind an
+// atomic pointer, so lookups take no lock. Only a new name (at most
+// MetricsMaxRules times in the node's life) takes the mutex and copies the
+// map.
+
+// DefaultMetricsMaxRules is Config.MetricsMaxRules when zero.
+const DefaultMetricsMaxRules = 1000
+
+// OtherRule is the rule label of the names beyond MetricsMaxRules.
+const OtherRule = "other"
+
+// NearLimitRatio is envoyproxy/ratelimit's near-limit threshold: a check
+// admitted with less than 1 − NearLimitRatio of the limit left is counted
+// near the limit.
+const NearLimitRatio = 0.8
+
+// Outcomes of a decided check, the values of the outcome label. They
+// partition the checks: every decided check is counted under exactly one.
+const (
+	outcomeUnder = iota // admitted, at least 20% of the limit left
+	outcomeNear         // admitted, less than 20% of the limit left
+	outcomeOver         // refused
+	outcomePeek         // hits 0: reported, nothing consumed
+	numOutcomes
+)
+
+var outcomeNames = [numOutcomes]string{"under", "near", "over", "peek"}
+
+// ruleCounters are the bound counters of one rule label value.
+type ruleCounters struct {
+	checks [numOutcomes]prometheus.Counter
+	hits   prometheus.Counter // hits admitted
+}
+
+// ruleMetrics are the per-rule series of a node. Safe for concurrent use.
+type ruleMetrics struct {
+	max    int
+	names  atomic.Pointer[map[string]*ruleCounters]
+	mu     sync.Mutex // serializes additions to names
+	other  *ruleCounters
+	folded prometheus.Counter
+	checks *prometheus.CounterVec
+	hits   *prometheus.CounterVec
+	count  prometheus.GaugeFunc
+}
+
+func newRuleMetrics(max int) *ruleMetrics {
+	if max <= 0 {
+		max = DefaultMetricsMaxRules
+	}
+	rm := &ruleMetrics{max: max}
+	rm.checks = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "shardlimiter_rule_checks_total",
+		Help: "Checks decided on this node (the owner), by rule name (the first --metrics-max-rules names; the rest under \"other\") and outcome: under (admitted, 20% or more of the limit left), near (admitted, less left), over (refused), peek (hits 0).",
+	}, []string{"rule", "outcome"})
+	rm.hits = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "shardlimiter_rule_hits_total",
+		Help: "Hits admitted on this node, by rule name (as shardlimiter_rule_checks_total).",
+	}, []string{"rule"})
+	rm.folded = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "shardlimiter_rule_folded_checks_total",
+		Help: "Checks counted under rule=\"other\" because --metrics-max-rules names already had series of their own.",
+	})
+	rm.count = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "shardlimiter_rule_names",
+		Help: "Rule names with series of their own (at most --metrics-max-rules).",
+	}, func() float64 { return float64(len(*rm.names.Load())) })
+	rm.other = rm.bind(OtherRule)
+	empty := map[string]*ruleCounters{}
+	rm.names.Store(&empty)
+	return rm
+}
+
+func (rm *ruleMetrics) collectors() []prometheus.Collector {
+	return []prometheus.Collector{rm.checks, rm.hits, rm.folded, rm.count}
+}
+
+func (rm *ruleMetrics) bind(name string) *ruleCounters {
+	rc := &ruleCounters{hits: rm.hits.WithLabelValues(name)}
+	for i, o := range outcomeNames {
+		rc.checks[i] = rm.checks.WithLabelValues(name, o)
+	}
+	return rc
+}
+
+// lookup returns the counters of name, binding them when name is new and
+// the cap allows, else the counters of OtherRule.
+func (rm *ruleMetrics) lookup(name string) *ruleCounters {
+	m := *rm.names.Load()
+	if rc, ok := m[name]; ok {
+		return rc
+	}
+	if len(m) >= rm.max {
+		return rm.other
+	}
+	return rm.add(name)
+}
+
+// add binds name's counters and publishes a copy of the map holding them.
+func (rm *ruleMetrics) add(name string) *ruleCounters {
+	rm.mu.Lock()
+	defer rm.mu.Unlock()
+	m := *rm.names.Load()
+	if rc, ok := m[name]; ok {
+		return rc
+	}
+	if len(m) >= rm.max || name == OtherRule {
+		return rm.other // a caller's own "other" shares the folded names' series
+	}
+	rc := rm.bind(name)
+	next := make(map[string]*ruleCounters, len(m)+1)
+	for k, v := range m {
+		next[k] = v
+	}
+	next[name] = rc
+	rm.names.Store(&next)
+	return rc
+}
+
+// ruleTally sums the outcomes of a run of checks of one name within a
+// batch, so that a batch of many checks of one rule (the common case) costs
+// one lookup and a few atomic adds rather than two per check. The node keeps
+// one per batch (in its keyBuf) and flushes it before the batch returns.
+// Not safe for concurrent use.
+type ruleTally struct {
+	rm   *ruleMetrics
+	name string // aliases the batch's check: cleared by flush
+	rc   *ruleCounters
+	n    [numOutcomes]int64
+	hits int64
+}
+
+// record counts one decided check.
+func (t *ruleTally) record(c *limit.Check, d *limit.Decision) {
+	if t.rc == nil || c.Name != t.name {
+		t.flush()
+		t.name, t.rc = c.Name, t.rm.lookup(c.Name)
+	}
+	t.n[outcomeOf(c, d)]++
+	if d.Allowed {
+		t.hits += c.Hits
+	}
+}
+
+// flush adds the run's counts to its counters and empties t.
+func (t *ruleTally) flush() {
+	if t.rc == nil {
+		return
+	}
+	var sum int64
+	for i, v := range t.n {
+		if v > 0 {
+			t.rc.checks[i].Add(float64(v))
+			sum += v
+		}
+	}
+	if t.hits > 0 {
+		t.rc.hits.Add(float64(t.hits))
+	}
+	if t.rc == t.rm.other && t.name != OtherRule {
+		t.rm.folded.Add(float64(sum))
+	}
+	*t = ruleTally{rm: t.rm}
+}
+
+// outcomeOf classifies a decided check. Near: what is left after the
+// check is below (1 − NearLimitRatio) of the limit, as envoyproxy/ratelimit
+// counts near_limit.
+func outcomeOf(c *limit.Check, d *limit.Decision) int {
+	switch {
+	case c.Hits == 0:
+		return outcomePeek
+	case !d.Allowed:
+		return outcomeOver
+	case d.Remaining*5 < c.Rule.Limit: // Remaining < (1 − 0.8) × Limit, in integers
+		return outcomeNear
+	}
+	return outcomeUnder
+}
