@@ -106,11 +106,10 @@ function fmtBytes(b) {
   return `${i ? b.toFixed(1) : b} ${units[i]}`;
 }
 
-// colour gives each member a stable hue from its name.
-function colour(name) {
-  let h = 0;
-  for (const c of name) h = (h * 31 + c.codePointAt(0)) >>> 0;
-  return `hsl(${h % 360} 60% 52%)`;
+// colour gives the i-th member (by name) a hue of its own: golden-angle
+// steps keep neighbours apart however many members there are.
+function colour(i) {
+  return `hsl(${Math.round((i * 137.508 + 210) % 360)} 62% 52%)`;
 }
 
 function arc(start, end, r0, r1) {
@@ -125,12 +124,12 @@ function drawRing(members) {
   const parts = [];
   let at = 0;
   const total = members.reduce((s, m) => s + m.share, 0) || 1;
-  for (const m of members) {
+  for (const [i, m] of members.entries()) {
     const span = (m.share / total) * 2 * Math.PI;
     const p = document.createElementNS(ns, "path");
     // A whole circle cannot be one arc: a lone member gets two halves' worth minus a hair.
     p.setAttribute("d", arc(at, at + Math.min(span, 2 * Math.PI - 1e-4), 62, 100));
-    p.setAttribute("fill", colour(m.name));
+    p.setAttribute("fill", colour(i));
     p.setAttribute("data-member", m.name);
     const title = document.createElementNS(ns, "title");
     title.textContent = `${m.name}: ${(m.share * 100).toFixed(1)}%`;
@@ -161,10 +160,10 @@ function showCluster(c, rings) {
   }
   const members = c.members || [];
   drawRing(members);
-  fillRows($("members").tBodies[0], members.map((m) => {
+  fillRows($("members").tBodies[0], members.map((m, i) => {
     const sw = el("td");
     const s = el("span", undefined, "swatch");
-    s.style.background = colour(m.name);
+    s.style.background = colour(i);
     sw.append(s);
     const r = byName.get(m.name);
     let same = el("td", "…");
@@ -316,7 +315,7 @@ async function lookup(ev) {
   $("lookup-error").hidden = true;
   $("lookup-result").hidden = true;
   try {
-    let owner, via, state;
+    let owner, via, state, raw;
     const q = new URLSearchParams({ name: item.name, key: item.unique_key });
     for (const k of ["limit", "duration_ms", "algorithm"]) if (item[k] !== undefined) q.set(k, item[k]);
     const r = keysAPI ? await fetch("/v1/keys?" + q, { cache: "no-store" }) : null;
@@ -326,7 +325,9 @@ async function lookup(ev) {
       if (!r.ok) throw new Error(body.error || `HTTP ${r.status}`);
       owner = body.owner || "";
       via = "GET /v1/keys: read on its owner, consumes nothing";
-      state = body;
+      state = [["owner", body.owner_state], ["replica", body.replica_state]].filter(([, v]) => v).map(([role, v]) =>
+        `${role} ${v.node}: ` + (v.error || `${v.status}, ${v.remaining} of ${v.limit} left${v.held ? "" : " (not held: as fresh as a new key)"}`)).join("\n");
+      raw = body;
     } else {
       const resp = await fetch("/v1/GetRateLimits", { method: "POST", headers: { "Content-Type": "application/json" },
         body: JSON.stringify({ requests: [{ ...item, hits: 0 }] }) });
@@ -336,11 +337,13 @@ async function lookup(ev) {
       if (res.error) throw new Error(res.error);
       owner = (res.metadata || {}).owner || "";
       via = "a peek: POST /v1/GetRateLimits with hits 0 (no inspection API on this node)";
-      state = { status: res.status, limit: res.limit, remaining: res.remaining, reset_time_ms: res.reset_time_ms };
+      state = `${res.status}, ${res.remaining} of ${res.limit} left`;
+      raw = res;
     }
     $("lookup-owner").textContent = owner;
     $("lookup-via").textContent = via;
-    $("lookup-state").textContent = JSON.stringify(state, null, 2);
+    $("lookup-state").textContent = state;
+    $("lookup-raw").textContent = JSON.stringify(raw, null, 2);
     $("lookup-result").hidden = false;
   } catch (e) {
     $("lookup-error").textContent = "lookup failed: " + e.message;
