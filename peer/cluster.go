@@ -8,9 +8,13 @@ type ClusterInfo struct {
 	GRPCAddr    string `json:"grpc_addr"`
 	PeerAddr    string `json:"peer_addr"`
 	RingVersion uint64 `json:"ring_version"`
-	Ready       bool   `json:"ready"`
-	Leaving     bool   `json:"leaving"`
-	FailPolicy  string `json:"fail_policy"`
+	// MembersFingerprint fingerprints the member list of the ring (16 hex digits):
+	// nodes whose fingerprints are equal route by the same members
+	// (ring versions are each node's own counter).
+	MembersFingerprint string `json:"members_fingerprint"`
+	Ready              bool   `json:"ready"`
+	Leaving            bool   `json:"leaving"`
+	FailPolicy         string `json:"fail_policy"`
 	// Handoff counts the ring partitions marked for handoff, by mark
 	// (incoming, moved, received); empty when no handoff is in progress.
 	Handoff map[string]int `json:"handoff"`
@@ -34,16 +38,17 @@ func (n *Node) Cluster() ClusterInfo {
 	v := n.view.Load()
 	shares := v.snap.Shares()
 	info := ClusterInfo{
-		Node:        n.cfg.Name,
-		GRPCAddr:    n.cfg.GRPCAddr,
-		PeerAddr:    cmp.Or(n.cfg.PeerAddr, n.cfg.GRPCAddr),
-		RingVersion: v.snap.Version(),
-		Ready:       n.Ready(),
-		Leaving:     n.leaving.Load(),
-		FailPolicy:  n.cfg.FailPolicy.String(),
-		Handoff:     n.ho.counts(),
-		Replication: "off",
-		Memory:      n.Memory(),
+		Node:               n.cfg.Name,
+		GRPCAddr:           n.cfg.GRPCAddr,
+		PeerAddr:           cmp.Or(n.cfg.PeerAddr, n.cfg.GRPCAddr),
+		RingVersion:        v.snap.Version(),
+		MembersFingerprint: hex64(fingerprint(v.snap.Members())),
+		Ready:              n.Ready(),
+		Leaving:            n.leaving.Load(),
+		FailPolicy:         n.cfg.FailPolicy.String(),
+		Handoff:            n.ho.counts(),
+		Replication:        "off",
+		Memory:             n.Memory(),
 	}
 	if n.cfg.ReplicationInterval > 0 {
 		info.Replication = n.cfg.ReplicationInterval.String()

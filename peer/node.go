@@ -200,6 +200,7 @@ type Node struct {
 	m         *metrics
 	keyBufs   sync.Pool // *keyBuf
 	groups    groupLocks
+	rings     ringsCache // the last answer of Rings
 
 	ho          *handoff
 	jobsMu      sync.Mutex

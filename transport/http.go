@@ -44,6 +44,9 @@ type HTTPConfig struct {
 	// Inspector answers GET /v1/keys (inspect.go); each inspection takes
 	// one unit of InFlight. Nil: 404.
 	Inspector Inspector
+	// Rings returns every member's ring as this node could ask it, served
+	// as JSON by GET /v1/cluster/rings. Nil: 404.
+	Rings func(context.Context) any
 	// Telemetry records every POST /v1/GetRateLimits; nil records nothing.
 	Telemetry *Metrics
 	// InFlight bounds the checks in flight (see [InFlight]); a call that
@@ -85,6 +88,7 @@ const smallBody = 64 << 10
 //	GET  /metrics            cfg.Metrics
 //	GET  /v1/cluster         cfg.Cluster() as JSON
 //	GET  /v1/keys            a key's state on its owner, read without spending (inspect.go)
+//	GET  /v1/cluster/rings   cfg.Rings(ctx) as JSON
 //
 // Every answer of its own is JSON, errors included: {"error":"…"} with 400
 // (bad JSON, unknown field, batch over MaxBatch), 404, 405 (with Allow),
@@ -167,6 +171,14 @@ func (h *httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case "/v1/keys":
 		if allow(w, r, http.MethodGet) {
 			h.serveKeys(w, r)
+		}
+	case "/v1/cluster/rings":
+		if allow(w, r, http.MethodGet, http.MethodHead) {
+			if h.cfg.Rings == nil {
+				writeError(w, http.StatusNotFound, "transport: no rings view")
+				return
+			}
+			writeJSON(w, http.StatusOK, h.cfg.Rings(r.Context()))
 		}
 	default:
 		writeError(w, http.StatusNotFound, "transport: no such endpoint: "+r.URL.Path)

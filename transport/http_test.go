@@ -132,6 +132,8 @@ func TestHTTPErrors(t *testing.T) {
 			path: "/v1/GetRateLimits", body: batch(1), want: 504},
 		{name: "no metrics handler", method: "GET", path: "/metrics", want: 404},
 		{name: "no cluster view", method: "GET", path: "/v1/cluster", want: 404},
+		{name: "no rings view", method: "GET", path: "/v1/cluster/rings", want: 404},
+		{name: "POST to the rings", method: "POST", path: "/v1/cluster/rings", want: 405},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -163,6 +165,7 @@ func TestHTTPProbes(t *testing.T) {
 		Ready:   func() bool { return ready },
 		Metrics: metrics,
 		Cluster: func() any { return map[string]any{"self": "node-a", "members": []string{"node-a", "node-b"}} },
+		Rings:   func(context.Context) any { return map[string]any{"agree": true} },
 	})
 	tests := []struct {
 		name  string
@@ -176,6 +179,7 @@ func TestHTTPProbes(t *testing.T) {
 		{name: "not ready", path: "/readyz", want: 503, key: "status", value: "not ready"},
 		{name: "ready", path: "/readyz", ready: true, want: 200, key: "status", value: "ready"},
 		{name: "cluster", path: "/v1/cluster", want: 200, key: "self", value: "node-a"},
+		{name: "rings", path: "/v1/cluster/rings", want: 200, key: "agree", value: true},
 		{name: "metrics", path: "/metrics", want: 200},
 	}
 	for _, tt := range tests { // sequential: ready is shared

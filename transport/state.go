@@ -28,6 +28,25 @@ type StateService interface {
 	Pull(ctx context.Context, from string, members uint64, partitions []int) ([]limit.KeyState, error)
 }
 
+// RingInfo is the ring a node routes by, as State's Ring call reports it.
+type RingInfo struct {
+	Node    string
+	Version uint64 // tells this node's rings apart; unrelated across nodes
+	// Members fingerprints the member list (as StateService.Pull's
+	// members): equal fingerprints, same members.
+	Members uint64
+	Names   []string // the members' names, sorted
+	Ready   bool     // joined and owning its ring slice
+	Leaving bool
+}
+
+// RingReporter is implemented by a StateService that answers State's Ring
+// call; without it the call is Unimplemented. Ring is called concurrently
+// and must not block.
+type RingReporter interface {
+	Ring() RingInfo
+}
+
 // MaxStateMessage bounds a State message, in bytes, both ways; senders
 // split larger transfers. It is also the gRPC receive limit of the server
 // and the clients for State calls.
@@ -103,6 +122,16 @@ func (s *stateServer) Pull(ctx context.Context, in *pb.PullStateRequest) (*pb.Pu
 		return nil, status.Error(Code(err), err.Error())
 	}
 	return &pb.PullStateResponse{Keys: keysToProto(keys)}, nil
+}
+
+func (s *stateServer) Ring(ctx context.Context, _ *pb.RingRequest) (*pb.RingResponse, error) {
+	r, ok := s.s.(RingReporter)
+	if !ok {
+		return nil, status.Error(codes.Unimplemented, "transport: this node does not describe its ring")
+	}
+	info := r.Ring()
+	return &pb.RingResponse{Node: info.Node, RingVersion: info.Version, Members: info.Members, MemberNames: info.Names,
+		Ready: info.Ready, Leaving: info.Leaving}, nil
 }
 
 func keysFromProto(in []*pb.KeyState) ([]limit.KeyState, error) {
@@ -193,6 +222,18 @@ func (c *StateClient) Pull(ctx context.Context, members uint64, partitions []int
 		return nil, c.classify(err)
 	}
 	return keysFromProto(out.GetKeys())
+}
+
+// Ring asks the node for the ring it routes by (see RingReporter).
+func (c *StateClient) Ring(ctx context.Context) (RingInfo, error) {
+	ctx, cancel := c.timeout(ctx)
+	defer cancel()
+	out, err := c.client.Ring(ctx, &pb.RingRequest{})
+	if err != nil {
+		return RingInfo{}, c.classify(err)
+	}
+	return RingInfo{Node: out.GetNode(), Version: out.GetRingVersion(), Members: out.GetMembers(), Names: out.GetMemberNames(),
+		Ready: out.GetReady(), Leaving: out.GetLeaving()}, nil
 }
 
 func (c *StateClient) classify(err error) error {

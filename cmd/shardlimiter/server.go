@@ -21,6 +21,7 @@ import (
 
 	"github.com/shardlimiter/shardlimiter/gossip"
 	"github.com/shardlimiter/shardlimiter/peer"
+	"github.com/shardlimiter/shardlimiter/statuspage"
 	"github.com/shardlimiter/shardlimiter/transport"
 )
 
@@ -195,12 +196,14 @@ func newServer(cfg config, log *slog.Logger) (s *server, err error) {
 		Ready:     s.node.Ready,
 		Cluster:   func() any { return s.node.Cluster() },
 		Inspector: ruleInspector{rules: s.rls.store, node: s.node},
+		Rings:     func(ctx context.Context) any { return s.node.Rings(ctx) },
 		Metrics:   promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
 		Telemetry: tm,
 		InFlight:  clientBound,
 		BodyBytes: bodyBytes,
 	})
 	handler = s.rls.handler(handler)
+	handler = statuspage.Mount(handler) // the status page at /
 	if cfg.pprof {
 		handler = withPprof(handler)
 	}

@@ -345,6 +345,130 @@ func (x *PullStateResponse) GetKeys() []*KeyState {
 	return nil
 }
 
+type RingRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RingRequest) Reset() {
+	*x = RingRequest{}
+	mi := &file_shardlimiter_v1_state_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RingRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RingRequest) ProtoMessage() {}
+
+func (x *RingRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_shardlimiter_v1_state_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RingRequest.ProtoReflect.Descriptor instead.
+func (*RingRequest) Descriptor() ([]byte, []int) {
+	return file_shardlimiter_v1_state_proto_rawDescGZIP(), []int{5}
+}
+
+type RingResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Node  string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"` // the receiver's node name
+	// ring_version tells the receiver's rings apart; versions of different
+	// nodes are unrelated.
+	RingVersion uint64 `protobuf:"varint,2,opt,name=ring_version,json=ringVersion,proto3" json:"ring_version,omitempty"`
+	// members fingerprints the member list of the receiver's ring, as in
+	// PullStateRequest: equal fingerprints, same members.
+	Members       uint64   `protobuf:"fixed64,3,opt,name=members,proto3" json:"members,omitempty"`
+	MemberNames   []string `protobuf:"bytes,4,rep,name=member_names,json=memberNames,proto3" json:"member_names,omitempty"` // sorted
+	Ready         bool     `protobuf:"varint,5,opt,name=ready,proto3" json:"ready,omitempty"`                               // joined and owning its ring slice
+	Leaving       bool     `protobuf:"varint,6,opt,name=leaving,proto3" json:"leaving,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RingResponse) Reset() {
+	*x = RingResponse{}
+	mi := &file_shardlimiter_v1_state_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RingResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RingResponse) ProtoMessage() {}
+
+func (x *RingResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_shardlimiter_v1_state_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RingResponse.ProtoReflect.Descriptor instead.
+func (*RingResponse) Descriptor() ([]byte, []int) {
+	return file_shardlimiter_v1_state_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *RingResponse) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *RingResponse) GetRingVersion() uint64 {
+	if x != nil {
+		return x.RingVersion
+	}
+	return 0
+}
+
+func (x *RingResponse) GetMembers() uint64 {
+	if x != nil {
+		return x.Members
+	}
+	return 0
+}
+
+func (x *RingResponse) GetMemberNames() []string {
+	if x != nil {
+		return x.MemberNames
+	}
+	return nil
+}
+
+func (x *RingResponse) GetReady() bool {
+	if x != nil {
+		return x.Ready
+	}
+	return false
+}
+
+func (x *RingResponse) GetLeaving() bool {
+	if x != nil {
+		return x.Leaving
+	}
+	return false
+}
+
 var File_shardlimiter_v1_state_proto protoreflect.FileDescriptor
 
 const file_shardlimiter_v1_state_proto_rawDesc = "" +
@@ -369,15 +493,24 @@ const file_shardlimiter_v1_state_proto_rawDesc = "" +
 	"partitions\x12\x18\n" +
 	"\amembers\x18\x03 \x01(\x06R\amembers\"B\n" +
 	"\x11PullStateResponse\x12-\n" +
-	"\x04keys\x18\x01 \x03(\v2\x19.shardlimiter.v1.KeyStateR\x04keys*,\n" +
+	"\x04keys\x18\x01 \x03(\v2\x19.shardlimiter.v1.KeyStateR\x04keys\"\r\n" +
+	"\vRingRequest\"\xb2\x01\n" +
+	"\fRingResponse\x12\x12\n" +
+	"\x04node\x18\x01 \x01(\tR\x04node\x12!\n" +
+	"\fring_version\x18\x02 \x01(\x04R\vringVersion\x12\x18\n" +
+	"\amembers\x18\x03 \x01(\x06R\amembers\x12!\n" +
+	"\fmember_names\x18\x04 \x03(\tR\vmemberNames\x12\x14\n" +
+	"\x05ready\x18\x05 \x01(\bR\x05ready\x12\x18\n" +
+	"\aleaving\x18\x06 \x01(\bR\aleaving*,\n" +
 	"\bTransfer\x12\v\n" +
 	"\aREPLICA\x10\x00\x12\b\n" +
 	"\x04JOIN\x10\x01\x12\t\n" +
-	"\x05LEAVE\x10\x022\xee\x01\n" +
+	"\x05LEAVE\x10\x022\xb3\x02\n" +
 	"\x05State\x12M\n" +
 	"\x04Push\x12!.shardlimiter.v1.PushStateRequest\x1a\".shardlimiter.v1.PushStateResponse\x12M\n" +
 	"\x04Pull\x12!.shardlimiter.v1.PullStateRequest\x1a\".shardlimiter.v1.PullStateResponse\x12G\n" +
-	"\aInspect\x12\".shardlimiter.v1.InspectKeyRequest\x1a\x18.shardlimiter.v1.KeyViewB6Z4github.com/shardlimiter/shardlimiter/transport/pb;pbb\x06proto3"
+	"\aInspect\x12\".shardlimiter.v1.InspectKeyRequest\x1a\x18.shardlimiter.v1.KeyView\x12C\n" +
+	"\x04Ring\x12\x1c.shardlimiter.v1.RingRequest\x1a\x1d.shardlimiter.v1.RingResponseB6Z4github.com/shardlimiter/shardlimiter/transport/pb;pbb\x06proto3"
 
 var (
 	file_shardlimiter_v1_state_proto_rawDescOnce sync.Once
@@ -392,7 +525,7 @@ func file_shardlimiter_v1_state_proto_rawDescGZIP() []byte {
 }
 
 var file_shardlimiter_v1_state_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_shardlimiter_v1_state_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
+var file_shardlimiter_v1_state_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
 var file_shardlimiter_v1_state_proto_goTypes = []any{
 	(Transfer)(0),             // 0: shardlimiter.v1.Transfer
 	(*KeyState)(nil),          // 1: shardlimiter.v1.KeyState
@@ -400,26 +533,30 @@ var file_shardlimiter_v1_state_proto_goTypes = []any{
 	(*PushStateResponse)(nil), // 3: shardlimiter.v1.PushStateResponse
 	(*PullStateRequest)(nil),  // 4: shardlimiter.v1.PullStateRequest
 	(*PullStateResponse)(nil), // 5: shardlimiter.v1.PullStateResponse
-	(Algorithm)(0),            // 6: shardlimiter.v1.Algorithm
-	(*InspectKeyRequest)(nil), // 7: shardlimiter.v1.InspectKeyRequest
-	(*KeyView)(nil),           // 8: shardlimiter.v1.KeyView
+	(*RingRequest)(nil),       // 6: shardlimiter.v1.RingRequest
+	(*RingResponse)(nil),      // 7: shardlimiter.v1.RingResponse
+	(Algorithm)(0),            // 8: shardlimiter.v1.Algorithm
+	(*InspectKeyRequest)(nil), // 9: shardlimiter.v1.InspectKeyRequest
+	(*KeyView)(nil),           // 10: shardlimiter.v1.KeyView
 }
 var file_shardlimiter_v1_state_proto_depIdxs = []int32{
-	6, // 0: shardlimiter.v1.KeyState.algorithm:type_name -> shardlimiter.v1.Algorithm
-	0, // 1: shardlimiter.v1.PushStateRequest.transfer:type_name -> shardlimiter.v1.Transfer
-	1, // 2: shardlimiter.v1.PushStateRequest.keys:type_name -> shardlimiter.v1.KeyState
-	1, // 3: shardlimiter.v1.PullStateResponse.keys:type_name -> shardlimiter.v1.KeyState
-	2, // 4: shardlimiter.v1.State.Push:input_type -> shardlimiter.v1.PushStateRequest
-	4, // 5: shardlimiter.v1.State.Pull:input_type -> shardlimiter.v1.PullStateRequest
-	7, // 6: shardlimiter.v1.State.Inspect:input_type -> shardlimiter.v1.InspectKeyRequest
-	3, // 7: shardlimiter.v1.State.Push:output_type -> shardlimiter.v1.PushStateResponse
-	5, // 8: shardlimiter.v1.State.Pull:output_type -> shardlimiter.v1.PullStateResponse
-	8, // 9: shardlimiter.v1.State.Inspect:output_type -> shardlimiter.v1.KeyView
-	7, // [7:10] is the sub-list for method output_type
-	4, // [4:7] is the sub-list for method input_type
-	4, // [4:4] is the sub-list for extension type_name
-	4, // [4:4] is the sub-list for extension extendee
-	0, // [0:4] is the sub-list for field type_name
+	8,  // 0: shardlimiter.v1.KeyState.algorithm:type_name -> shardlimiter.v1.Algorithm
+	0,  // 1: shardlimiter.v1.PushStateRequest.transfer:type_name -> shardlimiter.v1.Transfer
+	1,  // 2: shardlimiter.v1.PushStateRequest.keys:type_name -> shardlimiter.v1.KeyState
+	1,  // 3: shardlimiter.v1.PullStateResponse.keys:type_name -> shardlimiter.v1.KeyState
+	2,  // 4: shardlimiter.v1.State.Push:input_type -> shardlimiter.v1.PushStateRequest
+	4,  // 5: shardlimiter.v1.State.Pull:input_type -> shardlimiter.v1.PullStateRequest
+	9,  // 6: shardlimiter.v1.State.Inspect:input_type -> shardlimiter.v1.InspectKeyRequest
+	6,  // 7: shardlimiter.v1.State.Ring:input_type -> shardlimiter.v1.RingRequest
+	3,  // 8: shardlimiter.v1.State.Push:output_type -> shardlimiter.v1.PushStateResponse
+	5,  // 9: shardlimiter.v1.State.Pull:output_type -> shardlimiter.v1.PullStateResponse
+	10, // 10: shardlimiter.v1.State.Inspect:output_type -> shardlimiter.v1.KeyView
+	7,  // 11: shardlimiter.v1.State.Ring:output_type -> shardlimiter.v1.RingResponse
+	8,  // [8:12] is the sub-list for method output_type
+	4,  // [4:8] is the sub-list for method input_type
+	4,  // [4:4] is the sub-list for extension type_name
+	4,  // [4:4] is the sub-list for extension extendee
+	0,  // [0:4] is the sub-list for field type_name
 }
 
 func init() { file_shardlimiter_v1_state_proto_init() }
@@ -435,7 +572,7 @@ func file_shardlimiter_v1_state_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_shardlimiter_v1_state_proto_rawDesc), len(file_shardlimiter_v1_state_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   5,
+			NumMessages:   7,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -22,6 +22,7 @@ const (
 	State_Push_FullMethodName    = "/shardlimiter.v1.State/Push"
 	State_Pull_FullMethodName    = "/shardlimiter.v1.State/Pull"
 	State_Inspect_FullMethodName = "/shardlimiter.v1.State/Inspect"
+	State_Ring_FullMethodName    = "/shardlimiter.v1.State/Ring"
 )
 
 // StateClient is the client API for State service.
@@ -45,6 +46,11 @@ type StateClient interface {
 	// without changing anything (the Inspect service asks the owner and the
 	// replica holder with it). It never forwards.
 	Inspect(ctx context.Context, in *InspectKeyRequest, opts ...grpc.CallOption) (*KeyView, error)
+	// Ring describes the ring the receiver routes by, so that one node can
+	// tell whether every member agrees on the member list (the status
+	// page). It moves no key state and costs the receiver a few
+	// allocations.
+	Ring(ctx context.Context, in *RingRequest, opts ...grpc.CallOption) (*RingResponse, error)
 }
 
 type stateClient struct {
@@ -85,6 +91,16 @@ func (c *stateClient) Inspect(ctx context.Context, in *InspectKeyRequest, opts .
 	return out, nil
 }
 
+func (c *stateClient) Ring(ctx context.Context, in *RingRequest, opts ...grpc.CallOption) (*RingResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RingResponse)
+	err := c.cc.Invoke(ctx, State_Ring_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // StateServer is the server API for State service.
 // All implementations must embed UnimplementedStateServer
 // for forward compatibility.
@@ -106,6 +122,11 @@ type StateServer interface {
 	// without changing anything (the Inspect service asks the owner and the
 	// replica holder with it). It never forwards.
 	Inspect(context.Context, *InspectKeyRequest) (*KeyView, error)
+	// Ring describes the ring the receiver routes by, so that one node can
+	// tell whether every member agrees on the member list (the status
+	// page). It moves no key state and costs the receiver a few
+	// allocations.
+	Ring(context.Context, *RingRequest) (*RingResponse, error)
 	mustEmbedUnimplementedStateServer()
 }
 
@@ -124,6 +145,9 @@ func (UnimplementedStateServer) Pull(context.Context, *PullStateRequest) (*PullS
 }
 func (UnimplementedStateServer) Inspect(context.Context, *InspectKeyRequest) (*KeyView, error) {
 	return nil, status.Error(codes.Unimplemented, "method Inspect not implemented")
+}
+func (UnimplementedStateServer) Ring(context.Context, *RingRequest) (*RingResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Ring not implemented")
 }
 func (UnimplementedStateServer) mustEmbedUnimplementedStateServer() {}
 func (UnimplementedStateServer) testEmbeddedByValue()               {}
@@ -200,6 +224,24 @@ func _State_Inspect_Handler(srv interface{}, ctx context.Context, dec func(inter
 	return interceptor(ctx, in, info, handler)
 }
 
+func _State_Ring_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RingRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(StateServer).Ring(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: State_Ring_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(StateServer).Ring(ctx, req.(*RingRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // State_ServiceDesc is the grpc.ServiceDesc for State service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -218,6 +260,10 @@ var State_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Inspect",
 			Handler:    _State_Inspect_Handler,
+		},
+		{
+			MethodName: "Ring",
+			Handler:    _State_Ring_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
