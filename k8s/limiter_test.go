@@ -66,6 +66,11 @@ func (r *rendered) limiter(t *testing.T) *limiterPod {
 			found = append(found, p)
 		}
 	}
+	for _, d := range r.StatefulSets {
+		if p := newLimiterPod("StatefulSet", d.ObjectMeta, d.Spec.Selector, &d.Spec.Template); p != nil {
+			found = append(found, p)
+		}
+	}
 	if len(found) != 1 {
 		t.Fatalf("found %d workloads with a %q container, want 1", len(found), limiterContainerName)
 	}
