@@ -26,6 +26,7 @@ const (
 	defaultShutdownGrace = 5 * time.Second
 	// defaultHandoffTimeout is --handoff-timeout's default.
 	defaultHandoffTimeout = 5 * time.Second
+	defaultMaxKeys        = 1000000
 )
 
 // limiterPod is the pod template of the one workload of an overlay that runs
@@ -210,6 +211,29 @@ func (p *limiterPod) shutdownGrace(t *testing.T) time.Duration {
 func (p *limiterPod) handoffTimeout(t *testing.T) time.Duration {
 	t.Helper()
 	return p.duration(t, "SHARDLIMITER_HANDOFF_TIMEOUT", defaultHandoffTimeout)
+}
+
+// Writing a snapshot takes 0.6-1.5 s of wall time per million keys
+// (docs/PERFORMANCE.md, "Snapshots"), and a node has one table per
+// algorithm.
+const (
+	snapshotWritePerKey = 1500 * time.Nanosecond
+	algorithmTables     = 5
+)
+
+// snapshotWrite is the longest the limiter's last snapshot write takes, its
+// tables full (--max-keys each).
+func (p *limiterPod) snapshotWrite(t *testing.T) time.Duration {
+	t.Helper()
+	keys := defaultMaxKeys
+	if v, ok := p.Env["SHARDLIMITER_MAX_KEYS"]; ok {
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 {
+			t.Fatalf("SHARDLIMITER_MAX_KEYS=%q: not a positive integer", v)
+		}
+		keys = n
+	}
+	return time.Duration(algorithmTables*keys) * snapshotWritePerKey
 }
 
 func (p *limiterPod) duration(t *testing.T, env string, def time.Duration) time.Duration {

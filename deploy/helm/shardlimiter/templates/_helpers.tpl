@@ -141,10 +141,14 @@ securityContext:
     type: RuntimeDefault
 {{- end }}
 
-{{/* The pod's grace period: the whole shutdown timeline (values.yaml). */}}
+{{/*
+The pod's grace period: the whole shutdown timeline (values.yaml), and the
+last snapshot write when there is one.
+*/}}
 {{- define "shardlimiter.terminationGracePeriodSeconds" -}}
+{{- $write := ternary .Values.shutdown.snapshotWriteSeconds 0 .Values.state.enabled }}
 {{- with .Values.shutdown }}
-{{- add .preStopSleepSeconds .handoffTimeoutSeconds .shutdownGraceSeconds .marginSeconds }}
+{{- add .preStopSleepSeconds .handoffTimeoutSeconds .shutdownGraceSeconds .marginSeconds $write }}
 {{- end }}
 {{- end }}
 
@@ -333,8 +337,8 @@ env:
       fieldRef:
         fieldPath: {{ if eq .Values.mode "daemonset" }}spec.nodeName{{ else }}metadata.name{{ end }}
   # A kill of every limiter at once loses at most this much of each key's
-  # hits. The last write, at SIGTERM after the handoff, uses
-  # shutdown.marginSeconds: about a second per million keys.
+  # hits. The last write, at SIGTERM after the handoff, has
+  # shutdown.snapshotWriteSeconds of the grace period.
   - name: SHARDLIMITER_SNAPSHOT_INTERVAL
     value: {{ .Values.state.snapshotInterval | quote }}
   {{- end }}
