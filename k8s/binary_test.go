@@ -167,6 +167,10 @@ func (r *rendered) podSpecs() []podSpecRef {
 		s := d.Spec.Template.Spec
 		out = append(out, podSpecRef{"Deployment " + d.Name, slices.Concat(s.InitContainers, s.Containers)})
 	}
+	for _, d := range r.StatefulSets {
+		s := d.Spec.Template.Spec
+		out = append(out, podSpecRef{"StatefulSet " + d.Name, slices.Concat(s.InitContainers, s.Containers)})
+	}
 	return out
 }
 

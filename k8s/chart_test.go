@@ -202,6 +202,16 @@ func TestChartSchemaRejects(t *testing.T) {
 		{"not a Go duration", "config:\n  replicationInterval: 100"},
 		{"not a variable of the binary", "config:\n  extraEnv:\n    MAX_KEYS: \"1\""},
 		{"percentage PDB as a number", "pdb:\n  maxUnavailable: 1.5"},
+		{"misspelled state switch", "state:\n  enable: true"},
+		{"misspelled state key", "state:\n  hostpath: /data"},
+		{"misspelled claim key", "state:\n  persistentVolumeClaim:\n    storageClass: fast"},
+		{"string for state switch", "state:\n  enabled: \"true\""},
+		{"relative hostPath", "state:\n  hostPath: var/lib/shardlimiter"},
+		{"zero snapshot interval", "state:\n  snapshotInterval: 0s"},
+		{"snapshot interval without unit", "state:\n  snapshotInterval: \"10\""},
+		{"integer for snapshot interval", "state:\n  snapshotInterval: 10"},
+		{"claim size not a quantity", "state:\n  persistentVolumeClaim:\n    size: 1 GB"},
+		{"empty init image", "state:\n  initImage: \"\""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

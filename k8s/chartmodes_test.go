@@ -114,6 +114,27 @@ func TestChartGraceFollowsShutdown(t *testing.T) {
 		t.Errorf("shutdown grace = %v, want 11s", got)
 	}
 	checkGrace(t, r, p, overlayWant{})
+
+	// With state, the last snapshot write has its own share; without, its
+	// value changes nothing.
+	for _, tt := range []struct {
+		set  []string
+		want int64
+	}{
+		{[]string{"shutdown.snapshotWriteSeconds=9"}, 5 + 5 + 5 + 5},
+		{[]string{"state.enabled=true", "shutdown.snapshotWriteSeconds=9"}, 5 + 5 + 5 + 5 + 9},
+		{[]string{"mode=deployment", "state.enabled=true", "shutdown.snapshotWriteSeconds=9"}, 5 + 5 + 5 + 5 + 9},
+	} {
+		r, err := renderChart(t, tt.set...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := r.limiter(t)
+		if got := p.Template.Spec.TerminationGracePeriodSeconds; got == nil || *got != tt.want {
+			t.Errorf("--set %v: terminationGracePeriodSeconds = %v, want %d", tt.set, deref(got), tt.want)
+		}
+		checkGrace(t, r, p, overlayWant{})
+	}
 }
 
 // TestChartDeploymentSpread: in deployment mode the replicas spread over

@@ -25,6 +25,7 @@ func TestChartMatchesOverlays(t *testing.T) {
 	pairs := []struct{ overlay, chart string }{
 		{"overlays/daemonset", "chart/daemonset"},
 		{"overlays/secure", "chart/secure"},
+		{"overlays/durable", "chart/durable"},
 		{"overlays/sidecar", "chart/sidecar"},
 	}
 	for _, pair := range pairs {

@@ -26,6 +26,7 @@ const (
 	defaultShutdownGrace = 5 * time.Second
 	// defaultHandoffTimeout is --handoff-timeout's default.
 	defaultHandoffTimeout = 5 * time.Second
+	defaultMaxKeys        = 1000000
 )
 
 // limiterPod is the pod template of the one workload of an overlay that runs
@@ -63,6 +64,11 @@ func (r *rendered) limiter(t *testing.T) *limiterPod {
 	}
 	for _, d := range r.Deployments {
 		if p := newLimiterPod("Deployment", d.ObjectMeta, d.Spec.Selector, &d.Spec.Template); p != nil {
+			found = append(found, p)
+		}
+	}
+	for _, d := range r.StatefulSets {
+		if p := newLimiterPod("StatefulSet", d.ObjectMeta, d.Spec.Selector, &d.Spec.Template); p != nil {
 			found = append(found, p)
 		}
 	}
@@ -205,6 +211,29 @@ func (p *limiterPod) shutdownGrace(t *testing.T) time.Duration {
 func (p *limiterPod) handoffTimeout(t *testing.T) time.Duration {
 	t.Helper()
 	return p.duration(t, "SHARDLIMITER_HANDOFF_TIMEOUT", defaultHandoffTimeout)
+}
+
+// Writing a snapshot takes 0.6-1.5 s of wall time per million keys
+// (docs/PERFORMANCE.md, "Snapshots"), and a node has one table per
+// algorithm.
+const (
+	snapshotWritePerKey = 1500 * time.Nanosecond
+	algorithmTables     = 5
+)
+
+// snapshotWrite is the longest the limiter's last snapshot write takes, its
+// tables full (--max-keys each).
+func (p *limiterPod) snapshotWrite(t *testing.T) time.Duration {
+	t.Helper()
+	keys := defaultMaxKeys
+	if v, ok := p.Env["SHARDLIMITER_MAX_KEYS"]; ok {
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 {
+			t.Fatalf("SHARDLIMITER_MAX_KEYS=%q: not a positive integer", v)
+		}
+		keys = n
+	}
+	return time.Duration(algorithmTables*keys) * snapshotWritePerKey
 }
 
 func (p *limiterPod) duration(t *testing.T, env string, def time.Duration) time.Duration {

@@ -51,6 +51,12 @@ var sources = []source{
 		files: []string{chartDir + "/examples/secure-values.yaml"},
 		set:   []string{"serviceMonitor.enabled=true", "prometheusRule.enabled=true"}},
 		want: overlayWant{kind: "DaemonSet", localTraffic: true, secure: true, monitoring: true}},
+	{name: "chart/durable", dir: chartDir, chart: &chartValues{set: []string{"state.enabled=true"}},
+		want: overlayWant{kind: "DaemonSet", localTraffic: true}},
+	{name: "chart/stateful", dir: chartDir, chart: &chartValues{
+		files: []string{chartDir + "/examples/deployment-values.yaml"},
+		set:   []string{"state.enabled=true"}},
+		want: overlayWant{kind: "StatefulSet", spread: true}},
 	{name: "chart/sidecar", dir: chartDir, chart: &chartValues{files: []string{chartDir + "/examples/sidecar-values.yaml"}},
 		extra: []string{chartDir + "/examples/sidecar-app.yaml"},
 		want:  overlayWant{kind: "Deployment", nativeSidecar: true}},
@@ -78,6 +84,7 @@ type rendered struct {
 	NetworkPolicies []*networkingv1.NetworkPolicy
 	DaemonSets      []*appsv1.DaemonSet
 	Deployments     []*appsv1.Deployment
+	StatefulSets    []*appsv1.StatefulSet
 	Certificates    []*certificate
 	Issuers         []*issuer
 	ServiceMonitors []*serviceMonitor
@@ -223,6 +230,9 @@ func (r *rendered) add(doc []byte) error {
 	case "apps/v1/Deployment":
 		o := &appsv1.Deployment{}
 		r.Deployments, obj = append(r.Deployments, o), o
+	case "apps/v1/StatefulSet":
+		o := &appsv1.StatefulSet{}
+		r.StatefulSets, obj = append(r.StatefulSets, o), o
 	case "cert-manager.io/v1/Certificate":
 		o := &certificate{}
 		r.Certificates, obj = append(r.Certificates, o), o
@@ -267,8 +277,8 @@ func TestSourcesDecodeStrictly(t *testing.T) {
 		t.Run(dir, func(t *testing.T) {
 			t.Parallel()
 			r := render(t, dir)
-			if n := len(r.DaemonSets) + len(r.Deployments); n == 0 {
-				t.Errorf("%s renders no DaemonSet or Deployment", dir)
+			if n := len(r.DaemonSets) + len(r.Deployments) + len(r.StatefulSets); n == 0 {
+				t.Errorf("%s renders no DaemonSet, Deployment or StatefulSet", dir)
 			}
 			for kind, n := range map[string]int{
 				"ConfigMap":     len(r.ConfigMaps),

@@ -347,8 +347,9 @@ func checkJoinNamespace(t *testing.T, seed, ns string, svc *corev1.Service, p *l
 
 // checkGrace: the pod's grace period covers the limiter's whole shutdown
 // (preStop sleep, then the handoff of its keys, up to --handoff-timeout,
-// then --shutdown-grace), after the application containers'
-// preStop sleeps when the limiter is a native sidecar (it stops after them).
+// then --shutdown-grace, then with --state-dir the last snapshot write of
+// its tables full), after the application containers' preStop sleeps when
+// the limiter is a native sidecar (it stops after them).
 func checkGrace(t *testing.T, _ *rendered, p *limiterPod, _ overlayWant) {
 	spec := &p.Template.Spec
 	if spec.TerminationGracePeriodSeconds == nil {
@@ -363,6 +364,9 @@ func checkGrace(t *testing.T, _ *rendered, p *limiterPod, _ overlayWant) {
 		t.Error("limiter preStop uses exec: the image has no shell")
 	}
 	need := time.Duration(ls.PreStop.Sleep.Seconds)*time.Second + p.handoffTimeout(t) + p.shutdownGrace(t)
+	if p.Env["SHARDLIMITER_STATE_DIR"] != "" {
+		need += p.snapshotWrite(t)
+	}
 	if p.Native {
 		for _, c := range spec.Containers {
 			if c.Lifecycle != nil && c.Lifecycle.PreStop != nil && c.Lifecycle.PreStop.Sleep != nil {

@@ -84,10 +84,71 @@ shardlimiter/cluster: {{ .Values.clusterLabel | quote }}
 {{- if or (and .Values.peerTLS.enabled (not .Values.peerTLS.existingSecret)) (and .Values.clientTLS.enabled (not .Values.clientTLS.existingSecret)) }}true{{ end }}
 {{- end }}
 
-{{/* The pod's grace period: the whole shutdown timeline (values.yaml). */}}
+{{/*
+The limiter workload's kind. Durable state in deployment mode needs a claim
+per pod, which only a StatefulSet gives; durable state in sidecar mode is
+the application's pods' to mount.
+*/}}
+{{- define "shardlimiter.workloadKind" -}}
+{{- if eq .Values.mode "daemonset" }}DaemonSet
+{{- else if eq .Values.mode "sidecar" }}
+{{- if .Values.state.enabled }}
+{{- fail "state.enabled: sidecar mode renders no limiter pods, so the chart has no volume to give them. Leave it false and mount a hostPath or a PersistentVolume in your application's pods at the directory of SHARDLIMITER_STATE_DIR (the chart's README.md, \"Durable state\")" }}
+{{- end }}
+{{- else if .Values.state.enabled }}StatefulSet
+{{- else }}Deployment
+{{- end }}
+{{- end }}
+
+{{/* The state directory in the limiter container. */}}
+{{- define "shardlimiter.stateDir" -}}
+/var/lib/shardlimiter
+{{- end }}
+
+{{/*
+Daemonset mode with state: the init container that hands the hostPath
+directory (created by the kubelet as root, mode 0755) to the limiter's
+user, readable by it alone. Only CAP_CHOWN: chmod comes first, while root
+still owns the directory.
+*/}}
+{{- define "shardlimiter.stateDirOwner" -}}
+{{- $dir := include "shardlimiter.stateDir" . }}
+name: state-dir-owner
+image: {{ .Values.state.initImage }}
+imagePullPolicy: IfNotPresent
+command: ["sh", "-c", "chmod 0700 {{ $dir }} && chown 65532:65532 {{ $dir }}"]
+volumeMounts:
+  - name: state
+    mountPath: {{ $dir }}
+resources:
+  requests:
+    cpu: 10m
+    memory: 16Mi
+  limits:
+    cpu: 100m
+    memory: 16Mi
+securityContext:
+  runAsNonRoot: false
+  runAsUser: 0
+  readOnlyRootFilesystem: true
+  allowPrivilegeEscalation: false
+  capabilities:
+    drop:
+      - ALL
+    add:
+      - CHOWN
+  seccompProfile:
+    type: RuntimeDefault
+{{- end }}
+
+{{/*
+The pod's grace period: the whole shutdown timeline (values.yaml), and the
+last snapshot write when there is one.
+*/}}
 {{- define "shardlimiter.terminationGracePeriodSeconds" -}}
+{{- $write := ternary .Values.shutdown.snapshotWriteSeconds 0 .Values.state.enabled }}
 {{- with .Values.shutdown }}
-{{- add .preStopSleepSeconds .handoffTimeoutSeconds .shutdownGraceSeconds .marginSeconds }}
+{{- add .preStopSleepSeconds .handoffTimeoutSeconds .shutdownGraceSeconds .marginSeconds $write }}
 {{- end }}
 {{- end }}
 
@@ -170,6 +231,14 @@ mount never sees an update, and the limiter reloads these files in place.
   secret:
     secretName: {{ include "shardlimiter.clientTLSSecret" . }}
 {{- end }}
+{{- if and .Values.state.enabled (eq .Values.mode "daemonset") }}
+# One directory per Kubernetes node, lost with the node's disk
+# (docs/DURABILITY.md). Deployment mode: the StatefulSet's claim.
+- name: state
+  hostPath:
+    path: {{ .Values.state.hostPath }}
+    type: DirectoryOrCreate
+{{- end }}
 {{- end }}
 
 {{/* The limiter container. */}}
@@ -177,7 +246,7 @@ mount never sees an update, and the limiter reloads these files in place.
 name: shardlimiter
 image: {{ include "shardlimiter.image" . }}
 imagePullPolicy: {{ .Values.image.pullPolicy }}
-{{- if or .Values.rules.enabled .Values.gossipKey.enabled .Values.peerTLS.enabled .Values.clientTLS.enabled }}
+{{- if or .Values.rules.enabled .Values.gossipKey.enabled .Values.peerTLS.enabled .Values.clientTLS.enabled .Values.state.enabled }}
 volumeMounts:
   {{- if .Values.rules.enabled }}
   - name: rules
@@ -198,6 +267,10 @@ volumeMounts:
   - name: tls
     mountPath: /etc/shardlimiter/tls
     readOnly: true
+  {{- end }}
+  {{- if .Values.state.enabled }}
+  - name: state
+    mountPath: {{ include "shardlimiter.stateDir" . }}
   {{- end }}
 {{- end }}
 envFrom:
@@ -251,6 +324,23 @@ env:
   # A plain listener for the kubelet's probes (/healthz and /readyz only).
   - name: SHARDLIMITER_HEALTH_ADDR
     value: ":{{ .Values.ports.health }}"
+  {{- end }}
+  {{- if .Values.state.enabled }}
+  - name: SHARDLIMITER_STATE_DIR
+    value: {{ include "shardlimiter.stateDir" . }}
+  # The file's name must outlive the pod. Daemonset mode: the node's name
+  # (a new pod on the node finds it; during a surge update the old and the
+  # new pod share it, and either's file is a valid start). StatefulSet:
+  # the pod's name, which its replacement keeps with its claim.
+  - name: SHARDLIMITER_SNAPSHOT_NAME
+    valueFrom:
+      fieldRef:
+        fieldPath: {{ if eq .Values.mode "daemonset" }}spec.nodeName{{ else }}metadata.name{{ end }}
+  # A kill of every limiter at once loses at most this much of each key's
+  # hits. The last write, at SIGTERM after the handoff, has
+  # shutdown.snapshotWriteSeconds of the grace period.
+  - name: SHARDLIMITER_SNAPSHOT_INTERVAL
+    value: {{ .Values.state.snapshotInterval | quote }}
   {{- end }}
 ports:
   - name: http
