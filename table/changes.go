@@ -12,7 +12,9 @@ import "strings"
 // its mark flips from clear to set, under the shard's chMu (a small lock
 // of its own, never held with the map lock): a key taken a million times
 // between two drains is queued once, and every take after the first costs
-// one atomic load. With tracking off, MarkChanged is one branch.
+// one atomic load. With tracking off, MarkChanged is one branch. The
+// flip also calls Config.OnChange, after chMu is released: a replicator
+// that found nothing to send sleeps until then instead of polling.
 //
 // # The race between a take that marks and a drain that clears
 //
@@ -65,6 +67,9 @@ func (t *Table[S]) mark(key string, e *Entry[S]) {
 			}
 			sh.changes = append(sh.changes, c)
 			sh.chMu.Unlock()
+			if t.onChange != nil {
+				t.onChange()
+			}
 			return
 		}
 	}
