@@ -44,22 +44,47 @@ const replicaSendTimeout = 250 * time.Millisecond
 // send. Only the replication goroutine uses it.
 type replicaBacklog map[string][]limit.KeyState
 
+// replicateLoop runs a round every ReplicationInterval while there is
+// something to send, and sleeps while nothing changes: after a round that
+// sent nothing and left no backlog, it stops its ticker until a table
+// queues a changed key (table.Config.OnChange signals changesWake). A
+// change then waits at most one interval, as with a ticker that never
+// stops. No change is missed: the loop takes changesWake before each
+// round drains the tables, so a key queued after that drain signals it
+// again.
 func (n *Node) replicateLoop(ctx context.Context) {
 	if n.cfg.ReplicationInterval <= 0 {
 		return
 	}
 	t := time.NewTicker(n.cfg.ReplicationInterval)
+	t.Stop() // started by the first change
 	defer t.Stop()
 	backlog := replicaBacklog{}
-	for {
+	for idle := true; ; {
+		if idle {
+			select {
+			case <-ctx.Done():
+				return
+			case <-n.changesWake:
+			}
+			t.Reset(n.cfg.ReplicationInterval)
+		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			start := time.Now()
-			if sent := n.replicateOnce(ctx, backlog); sent > 0 {
-				n.m.replicationRound.Observe(time.Since(start).Seconds())
-			}
+		}
+		select {
+		case <-n.changesWake:
+		default:
+		}
+		start := time.Now()
+		sent := n.replicateOnce(ctx, backlog)
+		if sent > 0 {
+			n.m.replicationRound.Observe(time.Since(start).Seconds())
+		}
+		if idle = sent == 0 && len(backlog) == 0; idle {
+			t.Stop()
 		}
 	}
 }
