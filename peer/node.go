@@ -127,6 +127,10 @@ type limiter interface {
 	// the node's byte budget.
 	Bytes() int64
 	EvictedForBytes() uint64
+	// ExportChanged drains up to max changed keys (Changed) and hands fn
+	// the state of each that Export would return, read through the
+	// table's change list without a second lookup of the key.
+	ExportChanged(max int, now int64, fn func(key string, state []byte)) int
 }
 
 // view is a ring snapshot with this node's place in it.

@@ -102,14 +102,12 @@ func (n *Node) replicateOnce(ctx context.Context, backlog replicaBacklog) int {
 		}
 		delete(backlog, name) // a node no longer on the ring gets nothing more
 	}
-	var keys []string
 	for a, l := range n.limiters {
-		keys = keys[:0]
-		l.Changed(maxReplicaKeys, func(key string) { keys = append(keys, key) })
 		if v.snap.Len() < 2 {
-			continue // alone: nobody to send to
+			l.Changed(maxReplicaKeys, func(string) {}) // alone: nobody to send to
+			continue
 		}
-		for _, key := range keys {
+		l.ExportChanged(maxReplicaKeys, now, func(key string, st []byte) {
 			uk := uniqueKeyOf(key)
 			var dest ring.Member
 			if o := v.snap.OwnerIndex(uk); o != v.self {
@@ -117,15 +115,11 @@ func (n *Node) replicateOnce(ctx context.Context, backlog replicaBacklog) int {
 			} else if v.backup != nil {
 				dest = v.backup.Owner(uk)
 			} else {
-				continue
-			}
-			st, ok := l.Export(key, now)
-			if !ok {
-				continue
+				return
 			}
 			by[dest.Name] = append(by[dest.Name], limit.KeyState{Algorithm: limit.Algorithm(a), Key: key, State: st})
 			to[dest.Name] = dest
-		}
+		})
 	}
 	sent := 0
 	var mu sync.Mutex

@@ -96,6 +96,13 @@ func (sh *shard[S]) compactChangesLocked() {
 // held and may use the table. Safe for concurrent use; with tracking off it
 // returns 0.
 func (t *Table[S]) DrainChanged(max int, fn func(key string)) int {
+	return t.DrainChangedEntries(max, func(key string, _ *Entry[S]) { fn(key) })
+}
+
+// DrainChangedEntries is DrainChanged handing out each key's entry too, so
+// that fn can read its state without looking the key up again. The entry
+// may be retired while fn runs: fn checks Dead as a take does.
+func (t *Table[S]) DrainChangedEntries(max int, fn func(key string, e *Entry[S])) int {
 	if !t.track.Load() {
 		return 0
 	}
@@ -118,7 +125,7 @@ func (t *Table[S]) DrainChanged(max int, fn func(key string)) int {
 		for _, c := range batch {
 			c.e.clearMark()
 			if !c.e.Dead() {
-				fn(c.key)
+				fn(c.key, c.e)
 				n++
 			}
 		}
