@@ -2,6 +2,7 @@ package peer
 
 import (
 	"context"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -75,6 +76,24 @@ func TestIdleNodeRunsNoTimer(t *testing.T) {
 		synctest.Wait()
 		if got := n.limiters[limit.FixedWindow].Changed(10, func(string) {}); got != 0 {
 			t.Errorf("%d changed keys still queued one replication interval after the change, want 0 (drained by a round)", got)
+		}
+
+		// More changed keys than one round drains: the rounds go on until
+		// none is left, though the signal of the rest was taken.
+		batch := make([]limit.Check, 1000)
+		for i := range maxReplicaKeys/len(batch) + 2 {
+			for j := range batch {
+				batch[j] = check
+				batch[j].Key = fmt.Sprintf("account:%d-%d", i, j)
+			}
+			if _, err := n.CheckLocal(ctx, batch); err != nil {
+				t.Fatal(err)
+			}
+		}
+		time.Sleep(3*n.cfg.ReplicationInterval + time.Millisecond)
+		synctest.Wait()
+		if got := n.limiters[limit.FixedWindow].Changed(1<<20, func(string) {}); got != 0 {
+			t.Errorf("%d changed keys still queued three rounds after %d changed, want 0", got, (maxReplicaKeys/len(batch)+2)*len(batch))
 		}
 	})
 }

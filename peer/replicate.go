@@ -46,7 +46,7 @@ type replicaBacklog map[string][]limit.KeyState
 
 // replicateLoop runs a round every ReplicationInterval while there is
 // something to send, and sleeps while nothing changes: after a round that
-// sent nothing and left no backlog, it stops its ticker until a table
+// drained nothing and left no backlog, it stops its ticker until a table
 // queues a changed key (table.Config.OnChange signals changesWake). A
 // change then waits at most one interval, as with a ticker that never
 // stops. No change is missed: the loop takes changesWake before each
@@ -79,19 +79,23 @@ func (n *Node) replicateLoop(ctx context.Context) {
 		default:
 		}
 		start := time.Now()
-		sent := n.replicateOnce(ctx, backlog)
+		drained, sent := n.replicateOnce(ctx, backlog)
 		if sent > 0 {
 			n.m.replicationRound.Observe(time.Since(start).Seconds())
 		}
-		if idle = sent == 0 && len(backlog) == 0; idle {
+		// A round that drained keys may have left some queued (more than
+		// maxReplicaKeys, whose signal it took): only an empty round and
+		// an empty backlog let the loop sleep.
+		if idle = drained == 0 && len(backlog) == 0; idle {
 			t.Stop()
 		}
 	}
 }
 
 // replicateOnce sends the keys changed since the last round, with the
-// backlog, and returns how many it sent.
-func (n *Node) replicateOnce(ctx context.Context, backlog replicaBacklog) int {
+// backlog, and returns how many changed keys it drained and how many key
+// states it sent.
+func (n *Node) replicateOnce(ctx context.Context, backlog replicaBacklog) (drained, sent int) {
 	v := n.view.Load()
 	now := n.cfg.Now().UnixNano()
 	by := map[string][]limit.KeyState{}
@@ -104,10 +108,10 @@ func (n *Node) replicateOnce(ctx context.Context, backlog replicaBacklog) int {
 	}
 	for a, l := range n.limiters {
 		if v.snap.Len() < 2 {
-			l.Changed(maxReplicaKeys, func(string) {}) // alone: nobody to send to
+			drained += l.Changed(maxReplicaKeys, func(string) {}) // alone: nobody to send to
 			continue
 		}
-		l.ExportChanged(maxReplicaKeys, now, func(key string, st []byte) {
+		drained += l.ExportChanged(maxReplicaKeys, now, func(key string, st []byte) {
 			uk := uniqueKeyOf(key)
 			var dest ring.Member
 			if o := v.snap.OwnerIndex(uk); o != v.self {
@@ -121,7 +125,6 @@ func (n *Node) replicateOnce(ctx context.Context, backlog replicaBacklog) int {
 			to[dest.Name] = dest
 		})
 	}
-	sent := 0
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for name, ks := range by {
@@ -143,7 +146,7 @@ func (n *Node) replicateOnce(ctx context.Context, backlog replicaBacklog) int {
 		})
 	}
 	wg.Wait()
-	return sent
+	return drained, sent
 }
 
 // keep puts ks back for dest's next round, keeping the newest
