@@ -104,6 +104,22 @@ func BenchmarkTakeTracked(b *testing.B) {
 		}
 		return NewTokenBucket(table.Config{TrackChanges: true})
 	}
+	// woken is tracked with the wake-up hook a node sets: a send on a
+	// channel of capacity 1 that nobody drains here (while a round is
+	// under way, the node's replicator drains it once per round).
+	woken := func(r limit.Rule) limit.Limiter {
+		wake := make(chan struct{}, 1)
+		cfg := table.Config{TrackChanges: true, OnChange: func() {
+			select {
+			case wake <- struct{}{}:
+			default:
+			}
+		}}
+		if r.Algorithm == limit.LeakyBucket {
+			return NewLeakyBucket(cfg)
+		}
+		return NewTokenBucket(cfg)
+	}
 	drain := func(l limit.Limiter) { l.Changed(1<<20, func(string) {}) }
 	for _, c := range benchCases {
 		b.Run("one/"+c.name, func(b *testing.B) {
@@ -120,26 +136,30 @@ func BenchmarkTakeTracked(b *testing.B) {
 				}
 			}
 		})
-		b.Run("spread/"+c.name, func(b *testing.B) {
-			l := tracked(c.rule)
-			for _, k := range keys {
-				l.Take(k, t0, c.rule, 1)
-			}
-			var seq atomic.Uint64
-			b.ReportAllocs()
-			b.ResetTimer()
-			b.RunParallel(func(pb *testing.PB) {
-				i := seq.Add(1) * 7919
-				for n, now := 1, t0; pb.Next(); n, now = n+1, now+int64(ms) {
-					i++
-					l.Take(keys[i&(1<<16-1)], now, c.rule, 1)
-					if n%drainEvery == 0 {
-						drain(l)
-					}
-				}
-			})
-		})
+		b.Run("spread/"+c.name, func(b *testing.B) { spreadTracked(b, tracked(c.rule), keys, c.rule, drain) })
+		b.Run("spread-woken/"+c.name, func(b *testing.B) { spreadTracked(b, woken(c.rule), keys, c.rule, drain) })
 	}
+}
+
+// spreadTracked takes keys from parallel goroutines, draining the changes
+// every drainEvery takes.
+func spreadTracked(b *testing.B, l limit.Limiter, keys []string, rule limit.Rule, drain func(limit.Limiter)) {
+	for _, k := range keys {
+		l.Take(k, t0, rule, 1)
+	}
+	var seq atomic.Uint64
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		i := seq.Add(1) * 7919
+		for n, now := 1, t0; pb.Next(); n, now = n+1, now+int64(ms) {
+			i++
+			l.Take(keys[i&(1<<16-1)], now, rule, 1)
+			if n%drainEvery == 0 {
+				drain(l)
+			}
+		}
+	})
 }
 
 // drainEvery is how many takes BenchmarkTakeTracked makes between drains.

@@ -41,6 +41,11 @@ func (k *keyTable) Export(key string, now int64) (state []byte, ok bool) {
 	if e == nil {
 		return nil, false
 	}
+	return k.exportEntry(e, now)
+}
+
+// exportEntry is Export of the key whose entry is e.
+func (k *keyTable) exportEntry(e *table.Entry[keyState], now int64) (state []byte, ok bool) {
 	e.Mu.Lock()
 	w := e.Word.Load()
 	s := imageOf(e, w, k.shaping)
@@ -49,6 +54,20 @@ func (k *keyTable) Export(key string, now int64) (state []byte, ok bool) {
 		return nil, false
 	}
 	return encodeImage(s), true
+}
+
+// ExportChanged drains up to max keys marked changed, as Changed does, and
+// calls fn with each one's state at now (Unix ns) as Export returns it,
+// skipping those Export would not return; it returns how many keys it
+// drained. It reads each state through the entry the change list holds,
+// not through a second lookup of the key. Safe for concurrent use.
+func (k *keyTable) ExportChanged(max int, now int64, fn func(key string, state []byte)) int {
+	now = clampNow(now)
+	return k.t.DrainChangedEntries(max, func(key string, e *table.Entry[keyState]) {
+		if st, ok := k.exportEntry(e, now); ok {
+			fn(key, st)
+		}
+	})
 }
 
 // Import merges an exported state into key at now: inserted when the key

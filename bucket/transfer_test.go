@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"math/rand/v2"
+	"reflect"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -415,5 +416,48 @@ func TestImportRacesTakes(t *testing.T) {
 				t.Fatalf("admitted %d hits in %v, want at most %d", got, time.Duration(span), bound)
 			}
 		})
+	}
+}
+
+// changedExporter is the replication path of the tables: Changed and
+// Export in one pass over the change list.
+type changedExporter interface {
+	limit.Limiter
+	ExportChanged(max int, now int64, fn func(key string, state []byte)) int
+}
+
+// TestExportChangedIsChangedThenExport: ExportChanged drains what Changed
+// would, and hands out each key's state exactly as Export returns it,
+// leaving out the keys Export would (fresh again by now).
+func TestExportChangedIsChangedThenExport(t *testing.T) {
+	t.Parallel()
+	for _, l := range []changedExporter{NewTokenBucket(table.Config{TrackChanges: true}), NewLeakyBucket(table.Config{TrackChanges: true})} {
+		long, short := limit.Rule{Limit: 10, Period: time.Hour}, limit.Rule{Limit: 10, Period: time.Millisecond}
+		for i := range 20 {
+			r := long
+			if i%2 == 1 {
+				r = short // full again a second later: nothing to move
+			}
+			l.Take(fmt.Sprint("k", i), t0, r, 1)
+		}
+		now := t0 + int64(time.Second)
+		want := map[string]string{}
+		for i := 0; i < 20; i += 2 {
+			k := fmt.Sprint("k", i)
+			st, ok := l.Export(k, now)
+			if !ok {
+				t.Fatalf("Export(%q) of a key an hour-long rule took = not ok", k)
+			}
+			want[k] = string(st)
+		}
+		got := map[string]string{}
+		n := l.ExportChanged(7, now, func(k string, st []byte) { got[k] = string(st) })
+		n += l.ExportChanged(100, now, func(k string, st []byte) { got[k] = string(st) })
+		if n != 20 || !reflect.DeepEqual(got, want) {
+			t.Errorf("ExportChanged drained %d keys and handed out %q; want 20 drained and %q", n, got, want)
+		}
+		if n := l.ExportChanged(100, now, func(string, []byte) {}); n != 0 {
+			t.Errorf("ExportChanged after a full drain = %d, want 0", n)
+		}
 	}
 }

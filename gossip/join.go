@@ -204,11 +204,11 @@ func (m *Membership) joinSeeds(ctx context.Context, contact contactFunc) bool {
 		err = errors.Join(err, cerr)
 		switch {
 		case ok > 0:
-			m.joined.Store(true)
+			m.setJoined()
 			m.log.Info("joined the cluster", "contacted", ok, "attempts", attempt, "members", m.numMembers())
 			return true
 		case tried == 0 && err == nil:
-			m.joined.Store(true)
+			m.setJoined()
 			m.log.Info("seeds resolve to this node only: starting a new cluster", "seeds", m.cfg.Seeds)
 			return true
 		case ctx.Err() != nil:

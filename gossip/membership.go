@@ -210,7 +210,7 @@ func (m *Membership) Run(ctx context.Context) error {
 	m.localAddr.Store(&local)
 	m.ml.Store(ml)
 	if len(m.seeds) == 0 {
-		m.joined.Store(true)
+		m.setJoined()
 	}
 	close(m.started)
 	m.log.Info("gossip started", "name", m.cfg.NodeName, "bind", local, "advertise", m.selfGossip(), "seeds", m.cfg.Seeds)
@@ -252,8 +252,17 @@ func (m *Membership) LocalAddr() string {
 // Leave and after Run returns.
 func (m *Membership) Joined() bool { return m.joined.Load() }
 
+// setJoined records a successful join and signals Changed, so that a
+// watcher waiting for Joined needs no timer: the members a join brings
+// were signalled before it was recorded.
+func (m *Membership) setJoined() {
+	m.joined.Store(true)
+	m.signal(m.changed)
+}
+
 // Changed is signalled, without blocking and coalesced, each time a member
-// joins, leaves or changes its metadata (and when Run adds this node). It has
+// joins, leaves or changes its metadata, when Run adds this node, and when
+// Joined turns true. It has
 // capacity 1 and is never closed: receive, then call Members.
 func (m *Membership) Changed() <-chan struct{} { return m.changed }
 
@@ -414,18 +423,25 @@ func (m *Membership) signal(ch chan struct{}) {
 //	                       = 1.5 s for n ≤ 10, once one other node confirms
 //	                       (k = SuspicionMult-2 = 1); with no confirmation
 //	                       SuspicionMaxTimeoutMult × 1.5 s = 6 s
-//	GossipInterval 100 ms  suspect/dead/alive spread to 3 nodes per round
+//	GossipInterval 200 ms  suspect/dead/alive spread to 3 nodes per round
+//	                       (memberlist's LAN figure); news also rides on
+//	                       every probe and ack, so a round is only a
+//	                       second path and need not be faster
 //
 // Crash at t0 (sockets gone), n nodes, n-1 survivors probing round-robin:
 //
 //	first probe of the dead node  ≤ (n-1) × 0.5 s   (0.5-1 s typical)
 //	that probe fails              + 0.5 s          → suspect, gossiped
 //	a second survivor confirms    its own probe, also within (n-1)×0.5 s + 0.5 s
-//	suspicion timeout             + 1.5 s          → dead, gossiped in ~0.1-0.2 s
+//	suspicion timeout             + 1.5 s          → dead, gossiped in ~0.2-0.4 s
 //
-// n = 3: ≈ 2.5-3.5 s; n = 5: worst ≈ 2 + 0.5 + 1.5 + 0.2 ≈ 4.2 s. A live
-// node that misses a probe (loss, a pause) has 1.5 s, 15 gossip rounds, to
-// refute. Idle cost: 2 probes/s per node; gossip sends only pending news.
+// n = 3: ≈ 2.5-3.5 s; n = 5: worst ≈ 2 + 0.5 + 1.5 + 0.4 ≈ 4.4 s. A live
+// node that misses a probe (loss, a pause) has 1.5 s, 7 gossip rounds and
+// its own probes, to refute. Idle cost: 2 probes/s per node, and 5 gossip
+// rounds/s that wake memberlist and send only pending news (at 100 ms they
+// were a third of an idle node's wake-ups). PushPullInterval (30 s) and
+// GossipToTheDeadTime (30 s) keep the LAN figures: a full state exchange
+// every 30 s per node is the anti-entropy a partition heals by.
 //
 // DeadNodeReclaimTime lets a node restarted under the same name at a new
 // address take its name back 0.5 s after the old entry is declared dead
@@ -461,7 +477,7 @@ func (m *Membership) gossipConfig(ctx context.Context) (*memberlist.Config, erro
 	c.ProbeTimeout = 200 * time.Millisecond
 	c.SuspicionMult = 3
 	c.SuspicionMaxTimeoutMult = 4
-	c.GossipInterval = 100 * time.Millisecond
+	c.GossipInterval = 200 * time.Millisecond
 	c.DeadNodeReclaimTime = 500 * time.Millisecond
 	c.TCPTimeout = 3 * time.Second
 	h := &hooks{m: m}

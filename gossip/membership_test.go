@@ -472,3 +472,36 @@ func TestMembershipRunStops(t *testing.T) {
 		t.Errorf("Run(cancelled ctx) = %v, LocalAddr %q; want nil at once, nothing bound", err, m.LocalAddr())
 	}
 }
+
+// TestMembershipJoinedSignalsChanged: Changed is signalled once Joined is
+// true, so that a watcher of readiness needs no timer. The members a join
+// brings are signalled before the join is recorded; without a signal of
+// its own, a watcher that took those saw Joined false and nothing after.
+func TestMembershipJoinedSignalsChanged(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		contact contactFunc
+	}{
+		{"a seed answered", func(context.Context, []string) (int, int, error) { return 1, 1, nil }},
+		{"the seeds are this node", func(context.Context, []string) (int, int, error) { return 0, 0, nil }},
+	} {
+		m, err := New(Config{NodeName: "node-b", BindAddr: "127.0.0.1:0", GRPCAddr: "10.9.0.1:1", Seeds: []string{"127.0.0.1:1"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-m.Changed():
+			t.Fatalf("%s: Changed signalled before the join", tc.name)
+		default:
+		}
+		if !m.joinSeeds(context.Background(), tc.contact) || !m.Joined() {
+			t.Fatalf("%s: joinSeeds failed or Joined() = false", tc.name)
+		}
+		select {
+		case <-m.Changed():
+		default:
+			t.Errorf("%s: Joined() turned true without a Changed signal", tc.name)
+		}
+	}
+}

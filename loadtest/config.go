@@ -16,6 +16,7 @@ import (
 const (
 	modeThroughput = "throughput"
 	modeAccuracy   = "accuracy"
+	modeIdle       = "idle"
 )
 
 // Per-mode defaults of the flags whose meaning depends on the mode; a flag
@@ -29,6 +30,7 @@ const (
 	accuracyPace        = 5.3             // attempts per key, as a multiple of the limit's rate (see accuracyRate)
 	maxAccuracyKeys     = 1000            // one goroutine per key
 	maxAccuracyAttempts = 20_000_000      // recorded attempts, 40 bytes each
+	idleDuration        = 20 * time.Second
 )
 
 // config is the validated command line.
@@ -68,6 +70,9 @@ type config struct {
 	churn     []churnEvent // --churn, in time order; nil without
 	churnSpec string
 
+	idleLoad   time.Duration // --mode idle: load before the window; 0 = none
+	idleSettle time.Duration // --mode idle: wait before the window
+
 	json, quiet bool
 	cpuProfile  string // write the tool's own CPU profile here
 }
@@ -102,8 +107,10 @@ func newFlagSet(out io.Writer, c *config, r *rawFlags) *flag.FlagSet {
 	fs.StringVar(&r.metricsTargets, "metrics-targets", "", "comma-separated HTTP addresses whose /metrics give server CPU (automatic with --local)")
 	fs.BoolVar(&c.calibrate, "calibrate", false, "first measure an in-process admit-everything gRPC server: the transport ceiling")
 	fs.BoolVar(&c.calibrateProc, "calibrate-process", false, "with --calibrate: run the calibration server as a process of its own, with a node's transport settings, and report its server CPU as a node's")
-	fs.StringVar(&r.mode, "mode", modeThroughput, "throughput or accuracy")
-	fs.DurationVar(&c.duration, "duration", 10*time.Second, "length of the run (accuracy: per algorithm, default 4s)")
+	fs.StringVar(&r.mode, "mode", modeThroughput, "throughput, accuracy or idle (with --local: each node's CPU ticks from /proc over --duration, with no calls)")
+	fs.DurationVar(&c.duration, "duration", 10*time.Second, "length of the run (accuracy: per algorithm, default 4s; idle: the measured window, default 20s)")
+	fs.DurationVar(&c.idleLoad, "idle-load", 0, "idle mode: first load the cluster this long with the throughput flags, then leave it alone (0 = no load)")
+	fs.DurationVar(&c.idleSettle, "idle-settle", 10*time.Second, "idle mode: wait this long after forming (or after --idle-load) before measuring")
 	fs.IntVar(&c.concurrency, "concurrency", 32, "workers, each with one call in flight (throughput mode)")
 	fs.IntVar(&c.batch, "batch", 100, "checks per GetRateLimits call (throughput mode)")
 	fs.Float64Var(&c.rate, "rate", 0, "open loop: checks/s on a fixed schedule (0 = closed loop); accuracy: total attempts/s (default 5.3× the limit's rate per key)")
@@ -158,6 +165,9 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 // applyModeDefaults fills the flags whose default depends on the mode.
 func (c *config) applyModeDefaults(set map[string]bool, r *rawFlags) {
 	c.rule = limit.Rule{Limit: r.limit, Period: r.period, Burst: r.burst}
+	if c.mode == modeIdle && !set["duration"] {
+		c.duration = idleDuration
+	}
 	if c.mode == modeAccuracy {
 		if !set["limit"] {
 			c.rule.Limit = accuracyLimit
@@ -193,8 +203,14 @@ func (c *config) validate(set map[string]bool) error {
 	var errs []error
 	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
 	switch {
-	case c.mode != modeThroughput && c.mode != modeAccuracy:
-		bad("--mode: want throughput or accuracy, got %q", c.mode)
+	case c.mode != modeThroughput && c.mode != modeAccuracy && c.mode != modeIdle:
+		bad("--mode: want throughput, accuracy or idle, got %q", c.mode)
+	case c.mode == modeIdle && (c.local == 0 || c.calibrate):
+		bad("--mode idle: measures the processes of a --local cluster, without --calibrate")
+	case c.mode != modeIdle && (set["idle-load"] || set["idle-settle"]):
+		bad("--idle-load and --idle-settle apply to --mode idle")
+	case c.idleLoad < 0 || c.idleSettle < 0:
+		bad("--idle-load and --idle-settle: want >= 0")
 	case c.client != clientPlain && c.client != clientDirect:
 		bad("--client: want plain or direct, got %q", c.client)
 	case c.api != apiNative && c.api != apiRLS:

@@ -24,7 +24,7 @@ func TestBadFlagsExitTwoWithAMessage(t *testing.T) {
 		{[]string{"--targets", "a:1", "--dist", "pareto"}, `--dist: want uniform, zipf or hot, got "pareto"`},
 		{[]string{"--targets", "a:1", "--zipf-s", "1"}, "--zipf-s"},
 		{[]string{"--targets", "a:1", "--algorithm", "GCRA"}, `unknown algorithm "GCRA"`},
-		{[]string{"--targets", "a:1", "--mode", "chaos"}, `--mode: want throughput or accuracy, got "chaos"`},
+		{[]string{"--targets", "a:1", "--mode", "chaos"}, `--mode: want throughput, accuracy or idle, got "chaos"`},
 		{[]string{"--targets", "a:1", "--algorithm", "all"}, "accuracy mode only"},
 		{[]string{"--targets", "a:1", "--local", "3"}, "exclude each other"},
 		{[]string{"--local", "2", "--metrics-targets", "a:2"}, "automatic with --local"},

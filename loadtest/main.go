@@ -68,6 +68,13 @@
 //
 //	go run ./loadtest --calibrate --calibrate-process --local 1 --batch 1
 //
+// --mode idle (--local) measures what the nodes cost when nobody calls
+// them: each node's CPU ticks from /proc over --duration (default 20 s),
+// --idle-settle (10 s) after the cluster formed, or after --idle-load of
+// throughput load (idle.go):
+//
+//	go run ./loadtest --mode idle --local 3 --idle-load 5s --server-bin /path/to/shardlimiter
+//
 // Exit codes: 0 done, 1 a target or the local cluster failed, 2 bad flags.
 package main
 
@@ -117,6 +124,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "loadtest: %v\n", err)
 		return exitFail
 	}
+	if cfg.mode == modeIdle {
+		defer stopProfile()
+		return executeIdle(ctx, cfg, stdout, stderr)
+	}
 	rep, err := execute(ctx, cfg, stderr)
 	stopProfile()
 	if err != nil {
@@ -133,6 +144,26 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitFail
 	}
 	if rep.Interrupted || rep.ChurnFailed {
+		return exitFail
+	}
+	return exitOK
+}
+
+// executeIdle runs --mode idle and writes its report.
+func executeIdle(ctx context.Context, cfg *config, stdout, stderr io.Writer) int {
+	defer httpClient.CloseIdleConnections()
+	bin, cleanup, err := serverBinary(ctx, cfg.serverBin, progressWriter(cfg, stderr))
+	if err != nil {
+		fmt.Fprintf(stderr, "loadtest: local cluster: %v\n", err)
+		return exitFail
+	}
+	defer cleanup()
+	rep, err := runIdle(ctx, cfg, bin, stderr)
+	if err == nil {
+		err = writeIdle(stdout, rep, cfg.json)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "loadtest: %v\n", err)
 		return exitFail
 	}
 	return exitOK

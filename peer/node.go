@@ -148,6 +148,10 @@ type limiter interface {
 	// the node's byte budget.
 	Bytes() int64
 	EvictedForBytes() uint64
+	// ExportChanged drains up to max changed keys (Changed) and hands fn
+	// the state of each that Export would return, read through the
+	// table's change list without a second lookup of the key.
+	ExportChanged(max int, now int64, fn func(key string, state []byte)) int
 }
 
 // view is a ring snapshot with this node's place in it.
@@ -214,6 +218,12 @@ type Node struct {
 	// decidedAlone: a client batch was routed here while the ring held
 	// this node alone, so its tables may hold state nobody else has.
 	decidedAlone atomic.Bool
+
+	// Wake-ups, each cap 1, signalled without blocking, never closed: an
+	// idle node runs no timer of its own (see sweepLoop, replicateLoop).
+	keysWake    chan struct{} // a table went from empty to holding a key
+	changesWake chan struct{} // a table queued a changed key
+	readyWake   chan struct{} // Ready may have changed
 }
 
 // New returns a node. It starts nothing.
@@ -245,8 +255,10 @@ func New(cfg Config) (*Node, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	tc := table.Config{MaxKeys: cfg.MaxKeys, TrackChanges: cfg.ReplicationInterval > 0}
-	n := &Node{cfg: cfg, log: cfg.Logger, jobsKick: make(chan struct{}, 1)}
+	n := &Node{cfg: cfg, log: cfg.Logger, jobsKick: make(chan struct{}, 1),
+		keysWake: make(chan struct{}, 1), changesWake: make(chan struct{}, 1), readyWake: make(chan struct{}, 1)}
+	tc := table.Config{MaxKeys: cfg.MaxKeys, TrackChanges: cfg.ReplicationInterval > 0,
+		OnFirstKey: func() { wake(n.keysWake) }, OnChange: func() { wake(n.changesWake) }}
 	n.m = newMetrics(cfg.Registerer, n, cfg.MetricsMaxRules)
 	if cfg.MaxMemory > 0 {
 		n.budget = table.NewBudget(TableBudget(cfg.MaxMemory))
@@ -415,17 +427,42 @@ func (n *Node) rebuild(members []ring.Member) error {
 	n.m.ringMembers.Set(float64(len(kept)))
 	n.m.ringRebuilds.Inc()
 	n.log.Info("ring rebuilt", "version", snap.Version(), "members", len(kept))
+	wake(n.readyWake)
 	return nil
 }
 
+// wake signals ch (cap 1) without blocking: a pending signal covers this
+// one too.
+func wake(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// sweepLoop sweeps every SweepInterval while the tables hold keys, and
+// sleeps while they are all empty: only a key can expire. The order rules
+// out a lost wake-up: the loop reads the tables' sizes after it last took
+// keysWake, and a table that gains its first key after that read signals
+// keysWake afterwards (table.Config.OnFirstKey).
 func (n *Node) sweepLoop(ctx context.Context) {
-	t := time.NewTicker(n.cfg.SweepInterval)
+	t := time.NewTimer(n.cfg.SweepInterval)
 	defer t.Stop()
 	for {
+		if n.keys() == 0 {
+			t.Stop()
+			select {
+			case <-ctx.Done():
+				return
+			case <-n.keysWake:
+			}
+			t.Reset(n.cfg.SweepInterval)
+		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+			t.Reset(n.cfg.SweepInterval)
 			now := n.cfg.Now().UnixNano()
 			removed := 0
 			for _, l := range n.limiters {
@@ -434,6 +471,15 @@ func (n *Node) sweepLoop(ctx context.Context) {
 			n.m.swept.Add(float64(removed))
 		}
 	}
+}
+
+// keys returns the keys held in all tables.
+func (n *Node) keys() int {
+	k := 0
+	for _, l := range n.limiters {
+		k += l.Len()
+	}
+	return k
 }
 
 // Leave hands this node's keys to their new owners and announces that it
@@ -448,6 +494,7 @@ func (n *Node) Leave() error {
 	if n.leaving.Swap(true) {
 		return nil
 	}
+	wake(n.readyWake)
 	g := n.cfg.Gossip
 	if g == nil {
 		return nil
@@ -520,6 +567,12 @@ func (n *Node) keyCount() int {
 	}
 	return total
 }
+
+// ReadyChanged is signalled, without blocking and coalesced (capacity 1,
+// never closed), each time Ready may have changed: after a ring rebuild
+// (gossip signals a change once the node has joined) and when Leave
+// starts. One receiver: receive, then call Ready.
+func (n *Node) ReadyChanged() <-chan struct{} { return n.readyWake }
 
 // Ready reports whether the node should receive traffic: joined (or alone
 // by configuration), on its own ring, and not leaving.

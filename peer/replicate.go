@@ -44,29 +44,58 @@ const replicaSendTimeout = 250 * time.Millisecond
 // send. Only the replication goroutine uses it.
 type replicaBacklog map[string][]limit.KeyState
 
+// replicateLoop runs a round every ReplicationInterval while there is
+// something to send, and sleeps while nothing changes: after a round that
+// drained nothing and left no backlog, it stops its ticker until a table
+// queues a changed key (table.Config.OnChange signals changesWake). A
+// change then waits at most one interval, as with a ticker that never
+// stops. No change is missed: the loop takes changesWake before each
+// round drains the tables, so a key queued after that drain signals it
+// again.
 func (n *Node) replicateLoop(ctx context.Context) {
 	if n.cfg.ReplicationInterval <= 0 {
 		return
 	}
 	t := time.NewTicker(n.cfg.ReplicationInterval)
+	t.Stop() // started by the first change
 	defer t.Stop()
 	backlog := replicaBacklog{}
-	for {
+	for idle := true; ; {
+		if idle {
+			select {
+			case <-ctx.Done():
+				return
+			case <-n.changesWake:
+			}
+			t.Reset(n.cfg.ReplicationInterval)
+		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			start := time.Now()
-			if sent := n.replicateOnce(ctx, backlog); sent > 0 {
-				n.m.replicationRound.Observe(time.Since(start).Seconds())
-			}
+		}
+		select {
+		case <-n.changesWake:
+		default:
+		}
+		start := time.Now()
+		drained, sent := n.replicateOnce(ctx, backlog)
+		if sent > 0 {
+			n.m.replicationRound.Observe(time.Since(start).Seconds())
+		}
+		// A round that drained keys may have left some queued (more than
+		// maxReplicaKeys, whose signal it took): only an empty round and
+		// an empty backlog let the loop sleep.
+		if idle = drained == 0 && len(backlog) == 0; idle {
+			t.Stop()
 		}
 	}
 }
 
 // replicateOnce sends the keys changed since the last round, with the
-// backlog, and returns how many it sent.
-func (n *Node) replicateOnce(ctx context.Context, backlog replicaBacklog) int {
+// backlog, and returns how many changed keys it drained and how many key
+// states it sent.
+func (n *Node) replicateOnce(ctx context.Context, backlog replicaBacklog) (drained, sent int) {
 	v := n.view.Load()
 	now := n.cfg.Now().UnixNano()
 	by := map[string][]limit.KeyState{}
@@ -77,14 +106,12 @@ func (n *Node) replicateOnce(ctx context.Context, backlog replicaBacklog) int {
 		}
 		delete(backlog, name) // a node no longer on the ring gets nothing more
 	}
-	var keys []string
 	for a, l := range n.limiters {
-		keys = keys[:0]
-		l.Changed(maxReplicaKeys, func(key string) { keys = append(keys, key) })
 		if v.snap.Len() < 2 {
-			continue // alone: nobody to send to
+			drained += l.Changed(maxReplicaKeys, func(string) {}) // alone: nobody to send to
+			continue
 		}
-		for _, key := range keys {
+		drained += l.ExportChanged(maxReplicaKeys, now, func(key string, st []byte) {
 			uk := uniqueKeyOf(key)
 			var dest ring.Member
 			if o := v.snap.OwnerIndex(uk); o != v.self {
@@ -92,17 +119,12 @@ func (n *Node) replicateOnce(ctx context.Context, backlog replicaBacklog) int {
 			} else if v.backup != nil {
 				dest = v.backup.Owner(uk)
 			} else {
-				continue
-			}
-			st, ok := l.Export(key, now)
-			if !ok {
-				continue
+				return
 			}
 			by[dest.Name] = append(by[dest.Name], limit.KeyState{Algorithm: limit.Algorithm(a), Key: key, State: st})
 			to[dest.Name] = dest
-		}
+		})
 	}
-	sent := 0
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for name, ks := range by {
@@ -124,7 +146,7 @@ func (n *Node) replicateOnce(ctx context.Context, backlog replicaBacklog) int {
 		})
 	}
 	wg.Wait()
-	return sent
+	return drained, sent
 }
 
 // keep puts ks back for dest's next round, keeping the newest

@@ -12,7 +12,9 @@ import "strings"
 // its mark flips from clear to set, under the shard's chMu (a small lock
 // of its own, never held with the map lock): a key taken a million times
 // between two drains is queued once, and every take after the first costs
-// one atomic load. With tracking off, MarkChanged is one branch.
+// one atomic load. With tracking off, MarkChanged is one branch. The
+// flip also calls Config.OnChange, after chMu is released: a replicator
+// that found nothing to send sleeps until then instead of polling.
 //
 // # The race between a take that marks and a drain that clears
 //
@@ -65,6 +67,9 @@ func (t *Table[S]) mark(key string, e *Entry[S]) {
 			}
 			sh.changes = append(sh.changes, c)
 			sh.chMu.Unlock()
+			if t.onChange != nil {
+				t.onChange()
+			}
 			return
 		}
 	}
@@ -91,6 +96,13 @@ func (sh *shard[S]) compactChangesLocked() {
 // held and may use the table. Safe for concurrent use; with tracking off it
 // returns 0.
 func (t *Table[S]) DrainChanged(max int, fn func(key string)) int {
+	return t.DrainChangedEntries(max, func(key string, _ *Entry[S]) { fn(key) })
+}
+
+// DrainChangedEntries is DrainChanged handing out each key's entry too, so
+// that fn can read its state without looking the key up again. The entry
+// may be retired while fn runs: fn checks Dead as a take does.
+func (t *Table[S]) DrainChangedEntries(max int, fn func(key string, e *Entry[S])) int {
 	if !t.track.Load() {
 		return 0
 	}
@@ -113,7 +125,7 @@ func (t *Table[S]) DrainChanged(max int, fn func(key string)) int {
 		for _, c := range batch {
 			c.e.clearMark()
 			if !c.e.Dead() {
-				fn(c.key)
+				fn(c.key, c.e)
 				n++
 			}
 		}

@@ -250,3 +250,26 @@ func TestSetTrackChangesOffDropsTheQueue(t *testing.T) {
 		t.Fatalf("drain after changes = %q (%d), want [a c] (2): the marks were cleared", got, n)
 	}
 }
+
+func TestOnChangeOncePerQueuedKey(t *testing.T) {
+	t.Parallel()
+	var calls atomic.Int64
+	tb := New(Config{MaxKeys: 100, TrackChanges: true, OnChange: func() { calls.Add(1) }}, retireZero)
+	for _, k := range []string{"a", "a", "b", "a", "b"} {
+		changeKey(tb, k, 1)
+	}
+	if got := calls.Load(); got != 2 {
+		t.Fatalf("OnChange after changing a 3 times and b twice: %d calls, want 2", got)
+	}
+	drained(tb, 100)
+	changeKey(tb, "a", 2)
+	changeKey(tb, "a", 3)
+	if got := calls.Load(); got != 3 {
+		t.Fatalf("OnChange after a drain and a changed twice: %d calls, want 3", got)
+	}
+	tb.SetTrackChanges(false)
+	changeKey(tb, "c", 4)
+	if got := calls.Load(); got != 3 {
+		t.Fatalf("OnChange with tracking off: %d calls, want 3", got)
+	}
+}

@@ -77,6 +77,16 @@ type Config struct {
 	// every other table sharing it (see Budget). Nil: only MaxKeys bounds
 	// the table.
 	Budget *Budget
+	// OnFirstKey, when set, is called each time a key is inserted into the
+	// empty table, with no lock held, so that a sweeper can sleep while
+	// the table is empty. It must not block and may be called
+	// concurrently.
+	OnFirstKey func()
+	// OnChange, when set, is called each time a key is queued for
+	// DrainChanged (its mark set: once per key per drain), with no lock
+	// held, so that a replicator can sleep while nothing changes. It must
+	// not block and may be called concurrently.
+	OnChange func()
 }
 
 // evictSample is how many entries are compared to choose an eviction
@@ -177,6 +187,8 @@ type Table[S any] struct {
 	sized     bool          // *S reports its heap bytes (StateBytes)
 	cursor    atomic.Uint64 // next shard Sweep visits
 	drainNext atomic.Uint64 // shard DrainChanged starts at
+	onFirst   func()        // Config.OnFirstKey; nil for none
+	onChange  func()        // Config.OnChange; nil for none
 }
 
 // New returns an empty table. retire decides, for Sweep, whether an entry
@@ -204,6 +216,8 @@ func New[S any](cfg Config, retire RetireFunc[S]) *Table[S] {
 		shardCap: (maxKeys + n - 1) / n,
 		retire:   retire,
 		budget:   cfg.Budget,
+		onFirst:  cfg.OnFirstKey,
+		onChange: cfg.OnChange,
 	}
 	t.entryCost, t.sized = entryCost[S]()
 	if t.budget != nil {
@@ -238,7 +252,10 @@ func (t *Table[S]) Get(key string, now int64) *Entry[S] {
 		}
 		return e
 	}
-	e = t.insert(sh, key, now)
+	e, first := t.insert(sh, key, now)
+	if first && t.onFirst != nil {
+		t.onFirst()
+	}
 	if t.budget != nil && t.budget.over() {
 		t.budget.reclaim(e)
 	}
@@ -268,12 +285,13 @@ func (t *Table[S]) Lookup(key string, now int64, insert bool) *Entry[S] {
 
 // insert is Get's slow path: the key is absent, or mapped to a retired
 // entry that a sweep has not unlinked yet.
-func (t *Table[S]) insert(sh *shard[S], key string, now int64) *Entry[S] {
+// first reports that the table was empty before.
+func (t *Table[S]) insert(sh *shard[S], key string, now int64) (_ *Entry[S], first bool) {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if e := sh.m[key]; e != nil {
 		if !e.Dead() {
-			return e
+			return e, false
 		}
 		delete(sh.m, key)
 		t.n.Add(-1)
@@ -285,9 +303,9 @@ func (t *Table[S]) insert(sh *shard[S], key string, now int64) *Entry[S] {
 	e := &Entry[S]{}
 	e.used.Store(now &^ markBit)
 	sh.m[strings.Clone(key)] = e
-	t.n.Add(1)
+	first = t.n.Add(1) == 1
 	t.charge(t.keyCost(key))
-	return e
+	return e, first
 }
 
 // evictLocked removes the least recently used of a few entries of sh.

@@ -274,3 +274,26 @@ func TestLookupWithoutInsertLeavesTableAlone(t *testing.T) {
 		t.Fatalf("Lookup(insert) did not insert: Len %d", tb.Len())
 	}
 }
+
+func TestOnFirstKeyOnlyWhenEmpty(t *testing.T) {
+	t.Parallel()
+	var calls atomic.Int64
+	tb := New(Config{MaxKeys: 100, OnFirstKey: func() { calls.Add(1) }}, retireZero)
+	tb.Lookup("peek", 1, false) // a peek inserts nothing
+	if got := calls.Load(); got != 0 {
+		t.Fatalf("OnFirstKey after a peek: %d calls, want 0", got)
+	}
+	tb.Get("a", 1)
+	tb.Get("b", 1)
+	tb.Get("a", 2)
+	if got := calls.Load(); got != 1 {
+		t.Fatalf("OnFirstKey after inserting a, b into an empty table: %d calls, want 1", got)
+	}
+	if removed := tb.Sweep(3, 1<<30); removed != 2 {
+		t.Fatalf("Sweep removed %d, want 2", removed)
+	}
+	tb.Get("c", 4)
+	if got := calls.Load(); got != 2 {
+		t.Fatalf("OnFirstKey after the table emptied and took c: %d calls, want 2", got)
+	}
+}

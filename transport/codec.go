@@ -12,10 +12,10 @@ import (
 // clients (grpc.ForceCodecV2 on each call). The wire format is the standard
 // proto one and the content-subtype stays "proto", so that peers, grpcurl
 // and generated clients see no difference; only the Go side changes: the
-// messages of messages.go are encoded and decoded by package wire, and
-// everything else (health, reflection, State, any message we do not know)
-// goes to grpc's standard proto codec unchanged. It holds no state and is
-// safe for concurrent use.
+// messages of messages.go and State.Push's (state.go) are encoded and
+// decoded by package wire, and everything else (health, reflection,
+// State.Pull, any message we do not know) goes to grpc's standard proto
+// codec unchanged. It holds no state and is safe for concurrent use.
 type codec struct {
 	std encoding.CodecV2
 }

@@ -10,11 +10,11 @@
 // codes, gRPC and HTTP alike, are decided in this package alone (see [Code]).
 //
 // One codec, package transport/internal/wire, encodes and decodes batches of
-// checks and of results straight from and into the limit types, for the
-// servers and the clients alike (see codec.go and messages.go). The
-// generated protobuf types serve only the HTTP/JSON API (protojson, through
-// the same conversions, see json.go), server reflection and the State
-// service. Reading order: grpc.go → services.go → decide.go → messages.go
+// checks and of results, and the key states of State.Push (handoff and
+// replication), straight from and into the limit types, for the servers and
+// the clients alike (see codec.go, messages.go and state.go). The generated
+// protobuf types serve only the HTTP/JSON API (protojson, through the same
+// conversions, see json.go), server reflection and State.Pull. Reading order: grpc.go → services.go → decide.go → messages.go
 // → wire.
 //
 // Two services share one gRPC port: RateLimiter for clients and Peers for

@@ -113,7 +113,7 @@ func NewGRPCServer(cfg GRPCConfig) *GRPCServer {
 		s.services = append(s.services, PeersService)
 	}
 	if cfg.State != nil {
-		pb.RegisterStateServer(s.srv, &stateServer{s: cfg.State, inflight: cfg.InFlight, metrics: cfg.Metrics})
+		s.srv.RegisterService(stateServiceDesc(), &stateServer{s: cfg.State, inflight: cfg.InFlight, metrics: cfg.Metrics})
 		s.services = append(s.services, StateServiceName)
 	}
 	if cfg.Members != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"google.golang.org/grpc"
@@ -12,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/shardlimiter/shardlimiter/limit"
+	"github.com/shardlimiter/shardlimiter/transport/internal/wire"
 	"github.com/shardlimiter/shardlimiter/transport/pb"
 )
 
@@ -77,28 +79,75 @@ func (s *stateServer) admit(units int) (release func(), err error) {
 	return func() { s.inflight.Release(u) }, nil
 }
 
-func (s *stateServer) Push(ctx context.Context, in *pb.PushStateRequest) (*pb.PushStateResponse, error) {
+// stateServiceDesc is the generated descriptor of State with Push served by
+// handlePush: its request is decoded by package wire straight into key
+// states (pushBatch), as the checks of Peers are (services.go). Pull keeps
+// the generated handler: a handoff's pull is rare.
+func stateServiceDesc() *grpc.ServiceDesc {
+	d := pb.State_ServiceDesc
+	d.Methods = slices.Clone(d.Methods)
+	for i := range d.Methods {
+		if d.Methods[i].MethodName == "Push" {
+			d.Methods[i].Handler = handlePush
+		}
+	}
+	return &d
+}
+
+// handlePush is the grpc.MethodHandler of State.Push. Unary interceptors
+// see a *pushBatch as the request.
+func handlePush(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
+	s := srv.(*stateServer)
+	in := &pushBatch{}
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return s.push(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{Server: srv, FullMethod: pb.State_Push_FullMethodName}
+	return interceptor(ctx, in, info, func(ctx context.Context, req any) (any, error) {
+		return s.push(ctx, req.(*pushBatch))
+	})
+}
+
+// pushBatch is a State.Push request as the codec decoded it. A malformed
+// one is recorded in err, to be answered with InvalidArgument (gRPC would
+// turn a codec error into Internal).
+type pushBatch struct {
+	p   wire.Push
+	err error
+}
+
+func (b *pushBatch) decode(data []byte) error {
+	b.p, b.err = wire.DecodePush(data, maxPushKeys)
+	return nil
+}
+
+// maxPushKeys bounds the keys of one push: the most a message of
+// MaxStateMessage bytes can hold (2 bytes each, empty).
+const maxPushKeys = MaxStateMessage / 2
+
+func (s *stateServer) push(ctx context.Context, in *pushBatch) (*pb.PushStateResponse, error) {
 	if s.s == nil {
 		return nil, status.Error(codes.Unimplemented, errNoState.Error())
 	}
-	release, err := s.admit(len(in.GetKeys()))
+	if in.err != nil {
+		return nil, status.Error(codes.InvalidArgument, in.err.Error())
+	}
+	release, err := s.admit(len(in.p.Keys))
 	if err != nil {
 		return nil, err
 	}
 	defer release()
-	why := limit.Transfer(in.GetTransfer())
-	if why.String() == "unknown" {
-		return nil, status.Errorf(codes.InvalidArgument, "transport: unknown transfer %d", in.GetTransfer())
+	if in.p.Transfer < 0 || int(in.p.Transfer) >= len(limit.Transfers()) {
+		return nil, status.Errorf(codes.InvalidArgument, "transport: unknown transfer %d", in.p.Transfer)
 	}
-	keys, err := keysFromProto(in.GetKeys())
+	parts, err := partitionsFromProto(in.p.Partitions)
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	parts, err := partitionsFromProto(in.GetPartitions())
-	if err != nil {
-		return nil, status.Error(codes.InvalidArgument, err.Error())
-	}
-	if err := s.s.Push(ctx, in.GetFrom(), why, parts, keys); err != nil {
+	if err := s.s.Push(ctx, in.p.From, limit.Transfer(in.p.Transfer), parts, in.p.Keys); err != nil {
 		return nil, status.Error(Code(err), err.Error())
 	}
 	return &pb.PushStateResponse{}, nil
@@ -201,14 +250,29 @@ func NewStateClient(addr, self string, cfg PeerConfig) (*StateClient, error) {
 	}, nil
 }
 
-// Push sends keys to the node (see StateService.Push).
+// Push sends keys to the node (see StateService.Push), encoded by package
+// wire (pushRequest).
 func (c *StateClient) Push(ctx context.Context, why limit.Transfer, partitions []int, keys []limit.KeyState) error {
 	ctx, cancel := c.timeout(ctx)
 	defer cancel()
-	_, err := c.client.Push(ctx, &pb.PushStateRequest{
-		From: c.name, Transfer: pb.Transfer(why), Keys: keysToProto(keys), Partitions: partitionsToProto(partitions),
-	}, grpc.MaxCallRecvMsgSize(MaxStateMessage), grpc.MaxCallSendMsgSize(MaxStateMessage))
+	err := c.conn.Invoke(ctx, pb.State_Push_FullMethodName,
+		&pushRequest{from: c.name, why: why, keys: keys, parts: partitions}, new(pb.PushStateResponse),
+		grpc.ForceCodecV2(theCodec), grpc.MaxCallRecvMsgSize(MaxStateMessage), grpc.MaxCallSendMsgSize(MaxStateMessage))
 	return c.classify(err)
+}
+
+// pushRequest is a State.Push request, encoded as gRPC sends it.
+type pushRequest struct {
+	from  string
+	why   limit.Transfer
+	keys  []limit.KeyState
+	parts []int
+}
+
+func (r *pushRequest) size() int { return wire.SizePush(r.from, int32(r.why), r.keys, r.parts) }
+
+func (r *pushRequest) appendTo(b []byte) ([]byte, error) {
+	return wire.AppendPush(b, r.from, int32(r.why), r.keys, r.parts)
 }
 
 // Pull takes over partitions from the node (see StateService.Pull); members

@@ -25,6 +25,11 @@ func (k *codec) exportCell(t *table.Table[*cell], key string, now int64) ([]byte
 	if e == nil {
 		return nil, false
 	}
+	return k.exportEntry(e, now)
+}
+
+// exportEntry is exportCell of the key whose entry is e.
+func (k *codec) exportEntry(e *table.Entry[*cell], now int64) ([]byte, bool) {
 	e.Mu.Lock()
 	w := e.Word.Load()
 	var c cell
@@ -36,6 +41,17 @@ func (k *codec) exportCell(t *table.Table[*cell], key string, now int64) ([]byte
 		return nil, false
 	}
 	return encodeCell(k.kind, c), true
+}
+
+// exportChanged drains t's changed keys and exports each (see
+// Fixed.ExportChanged).
+func (k *codec) exportChanged(t *table.Table[*cell], max int, now int64, fn func(key string, state []byte)) int {
+	now = clampTime(now)
+	return t.DrainChangedEntries(max, func(key string, e *table.Entry[*cell]) {
+		if st, ok := k.exportEntry(e, now); ok {
+			fn(key, st)
+		}
+	})
 }
 
 // importCell merges an encoded cell into key (see Limiter.Import).
@@ -85,6 +101,15 @@ func (f *Fixed) Export(key string, now int64) (state []byte, ok bool) {
 	return fixedCodec.exportCell(f.t, key, now)
 }
 
+// ExportChanged drains up to max keys marked changed, as Changed does, and
+// calls fn with each one's state at now as Export returns it, skipping
+// those Export would not return; it returns how many keys it drained. It
+// reads each state through the entry the change list holds, not through a
+// second lookup of the key. Safe for concurrent use.
+func (f *Fixed) ExportChanged(max int, now int64, fn func(key string, state []byte)) int {
+	return fixedCodec.exportChanged(f.t, max, now, fn)
+}
+
 // Import merges an exported FIXED_WINDOW state into key at now, keeping
 // whichever state has consumed more (state.go); see limit.StateMover.
 // Safe for concurrent use.
@@ -97,6 +122,11 @@ func (f *Fixed) Import(key string, state []byte, now int64, mark bool) error {
 // Safe for concurrent use.
 func (s *Sliding) Export(key string, now int64) (state []byte, ok bool) {
 	return slidingCodec.exportCell(s.t, key, now)
+}
+
+// ExportChanged is Fixed.ExportChanged for SLIDING_WINDOW keys.
+func (s *Sliding) ExportChanged(max int, now int64, fn func(key string, state []byte)) int {
+	return slidingCodec.exportChanged(s.t, max, now, fn)
 }
 
 // Import merges an exported SLIDING_WINDOW state into key at now, keeping
@@ -133,6 +163,11 @@ func (l *Log) Export(key string, now int64) (state []byte, ok bool) {
 	if e == nil {
 		return nil, false
 	}
+	return exportLogEntry(e, now)
+}
+
+// exportLogEntry is Export of the key whose entry is e.
+func exportLogEntry(e *table.Entry[logState], now int64) (state []byte, ok bool) {
 	e.Mu.Lock()
 	var im logImage
 	if !e.Dead() {
@@ -143,6 +178,16 @@ func (l *Log) Export(key string, now int64) (state []byte, ok bool) {
 		return nil, false
 	}
 	return encodeLog(im), true
+}
+
+// ExportChanged is Fixed.ExportChanged for SLIDING_LOG keys.
+func (l *Log) ExportChanged(max int, now int64, fn func(key string, state []byte)) int {
+	now = clampTime(now)
+	return l.t.DrainChangedEntries(max, func(key string, e *table.Entry[logState]) {
+		if st, ok := exportLogEntry(e, now); ok {
+			fn(key, st)
+		}
+	})
 }
 
 // Import merges an exported SLIDING_LOG state into key at now, keeping

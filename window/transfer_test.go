@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"math/rand/v2"
+	"reflect"
 	"sort"
 	"sync"
 	"testing"
@@ -380,5 +381,54 @@ func TestImportRacesTakes(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// changedExporter is the replication path of the tables: Changed and
+// Export in one pass over the change list.
+type changedExporter interface {
+	limit.Limiter
+	ExportChanged(max int, now int64, fn func(key string, state []byte)) int
+}
+
+// TestExportChangedIsChangedThenExport: ExportChanged drains what Changed
+// would, and hands out each key's state exactly as Export returns it,
+// leaving out the keys Export would (forgotten again by now).
+func TestExportChangedIsChangedThenExport(t *testing.T) {
+	t.Parallel()
+	cfg := table.Config{TrackChanges: true}
+	for _, c := range []struct {
+		alg limit.Algorithm
+		l   changedExporter
+	}{{limit.FixedWindow, NewFixed(cfg)}, {limit.SlidingWindow, NewSliding(cfg)}, {limit.SlidingLog, NewLog(cfg)}} {
+		long := limit.Rule{Algorithm: c.alg, Limit: 10, Period: time.Hour}
+		short := limit.Rule{Algorithm: c.alg, Limit: 10, Period: time.Millisecond}
+		for i := range 20 {
+			r := long
+			if i%2 == 1 {
+				r = short
+			}
+			c.l.Take(fmt.Sprint("k", i), t0, r, 1)
+		}
+		now := t0 + int64(time.Second)
+		want := map[string]string{}
+		for i := range 20 {
+			k := fmt.Sprint("k", i)
+			if st, ok := c.l.Export(k, now); ok {
+				want[k] = string(st)
+			}
+		}
+		if len(want) != 10 {
+			t.Fatalf("%v: %d keys worth exporting, want the 10 of the hour-long rule", c.alg, len(want))
+		}
+		got := map[string]string{}
+		n := c.l.ExportChanged(7, now, func(k string, st []byte) { got[k] = string(st) })
+		n += c.l.ExportChanged(100, now, func(k string, st []byte) { got[k] = string(st) })
+		if n != 20 || !reflect.DeepEqual(got, want) {
+			t.Errorf("%v: ExportChanged drained %d keys and handed out %q; want 20 drained and %q", c.alg, n, got, want)
+		}
+		if n := c.l.ExportChanged(100, now, func(string, []byte) {}); n != 0 {
+			t.Errorf("%v: ExportChanged after a full drain = %d, want 0", c.alg, n)
+		}
 	}
 }

@@ -412,11 +412,9 @@ func newHTTPServer(cfg config, h http.Handler, log *slog.Logger) *http.Server {
 
 // followReadiness keeps the gRPC health status equal to /readyz (joined,
 // on its own ring, not leaving), so a gRPC readiness probe sends no traffic
-// before the node has joined. It polls: readiness changes a few times in a
-// node's life, and a 100 ms lag is harmless.
+// before the node has joined. It wakes only when the node signals that
+// readiness may have changed: an idle node runs no timer for it.
 func (s *server) followReadiness(ctx context.Context) {
-	t := time.NewTicker(100 * time.Millisecond)
-	defer t.Stop()
 	last := false
 	set := func(ready bool) {
 		s.grpc.SetServing(ready)
@@ -432,7 +430,7 @@ func (s *server) followReadiness(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-s.node.ReadyChanged():
 		}
 	}
 }

@@ -1,0 +1,128 @@
+package peer
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/shardlimiter/shardlimiter/limit"
+)
+
+// TestIdleNodeRunsNoTimer: a node with nothing to do runs no periodic work.
+// Its sweeper sleeps while the tables are empty and its replicator while
+// no key changed; each wakes when there is work and goes back to sleep
+// after it. Every sweep and every replication round reads Config.Now, so
+// counting those reads observes them (a check reads it too).
+func TestIdleNodeRunsNoTimer(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		var reads atomic.Int64
+		n, err := New(Config{Name: "a", GRPCAddr: "127.0.0.1:1", ReplicationInterval: 100 * time.Millisecond,
+			Now: func() time.Time { reads.Add(1); return time.Now() }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- n.Run(ctx) }()
+		defer func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("Run() = %v", err)
+			}
+		}()
+		idle := func(phase string) {
+			t.Helper()
+			synctest.Wait()
+			before := reads.Load()
+			time.Sleep(time.Hour)
+			synctest.Wait()
+			if got := reads.Load() - before; got != 0 {
+				t.Errorf("%s: the clock was read %d times in an idle hour (sweeps or replication rounds), want 0", phase, got)
+			}
+		}
+		idle("fresh node")
+
+		// A key with a 2 s window: swept once it has expired, then the
+		// sweeper sleeps again.
+		check := limit.Check{Name: "r", Key: "account:1", Hits: 1, Rule: rule(limit.FixedWindow, 10, 2*time.Second)}
+		if _, err := n.CheckLocal(ctx, []limit.Check{check}); err != nil {
+			t.Fatal(err)
+		}
+		if n.keys() != 1 {
+			t.Fatalf("keys after a check = %d, want 1", n.keys())
+		}
+		time.Sleep(10 * time.Second)
+		synctest.Wait()
+		if n.keys() != 0 {
+			t.Fatalf("keys 10 s after a check with a 2 s window = %d, want 0 (swept)", n.keys())
+		}
+		idle("after the key was swept")
+
+		// A changed key wakes the replicator, whose round drains it. (Alone,
+		// a node tracks no changes and sends nothing; tracking is turned
+		// on here to see the wake-up.)
+		for _, l := range n.limiters {
+			l.TrackChanges(true)
+		}
+		check.Rule.Period = time.Hour
+		if _, err := n.CheckLocal(ctx, []limit.Check{check}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(n.cfg.ReplicationInterval + time.Millisecond)
+		synctest.Wait()
+		if got := n.limiters[limit.FixedWindow].Changed(10, func(string) {}); got != 0 {
+			t.Errorf("%d changed keys still queued one replication interval after the change, want 0 (drained by a round)", got)
+		}
+
+		// More changed keys than one round drains: the rounds go on until
+		// none is left, though the signal of the rest was taken.
+		batch := make([]limit.Check, 1000)
+		for i := range maxReplicaKeys/len(batch) + 2 {
+			for j := range batch {
+				batch[j] = check
+				batch[j].Key = fmt.Sprintf("account:%d-%d", i, j)
+			}
+			if _, err := n.CheckLocal(ctx, batch); err != nil {
+				t.Fatal(err)
+			}
+		}
+		time.Sleep(3*n.cfg.ReplicationInterval + time.Millisecond)
+		synctest.Wait()
+		if got := n.limiters[limit.FixedWindow].Changed(1<<20, func(string) {}); got != 0 {
+			t.Errorf("%d changed keys still queued three rounds after %d changed, want 0", got, (maxReplicaKeys/len(batch)+2)*len(batch))
+		}
+	})
+}
+
+// TestReadyChangedSignals: a watcher of readiness needs no timer: each
+// change of Ready is signalled.
+func TestReadyChangedSignals(t *testing.T) {
+	t.Parallel()
+	n, err := New(Config{Name: "a", GRPCAddr: "127.0.0.1:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-n.ReadyChanged(): // New built the first ring
+	default:
+		t.Fatal("no ReadyChanged signal after New")
+	}
+	if !n.Ready() {
+		t.Fatal("a node without gossip is not Ready")
+	}
+	if err := n.Leave(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-n.ReadyChanged():
+	default:
+		t.Fatal("no ReadyChanged signal after Leave")
+	}
+	if n.Ready() {
+		t.Fatal("Ready after Leave")
+	}
+}

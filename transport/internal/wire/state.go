@@ -1,0 +1,273 @@
+package wire
+
+import (
+	"fmt"
+	"unicode/utf8"
+
+	"google.golang.org/protobuf/encoding/protowire"
+
+	"github.com/shardlimiter/shardlimiter/limit"
+)
+
+// The keys of shardlimiter.v1.State's PushStateRequest (state.proto), the
+// message of handoff and of every replication round:
+//
+//	PushStateRequest { string from = 1; Transfer transfer = 2;
+//	                   repeated KeyState keys = 3; repeated uint32 partitions = 4 (packed) }
+//	KeyState         { Algorithm algorithm = 1; bytes key = 2; bytes state = 3 }
+//
+// encoded straight from and decoded straight into []limit.KeyState: no
+// generated message, no copy of each key and state into one, per key. A
+// decoded push takes a handful of allocations whatever its size: its keys
+// are substrings of one string and its states subslices of one buffer.
+
+// PushState fields.
+const (
+	pushFrom protowire.Number = iota + 1
+	pushTransfer
+	pushKeys
+	pushPartitions
+)
+
+// KeyState fields.
+const (
+	ksAlgorithm protowire.Number = iota + 1
+	ksKey
+	ksState
+)
+
+// Push is a decoded PushStateRequest. Transfer is the enum's number as
+// sent; the caller decides what an unknown one means.
+type Push struct {
+	From       string
+	Transfer   int32
+	Keys       []limit.KeyState
+	Partitions []uint32
+}
+
+// sizeKeyState is the size of one KeyState message, without its framing.
+func sizeKeyState(k *limit.KeyState) int {
+	n := sizeVarint(uint64(k.Algorithm))
+	if len(k.Key) > 0 {
+		n += 1 + protowire.SizeBytes(len(k.Key))
+	}
+	if len(k.State) > 0 {
+		n += 1 + protowire.SizeBytes(len(k.State))
+	}
+	return n
+}
+
+// sizePartitions is the size of the packed partitions' payload.
+func sizePartitions(parts []int) int {
+	n := 0
+	for _, p := range parts {
+		n += protowire.SizeVarint(uint64(uint32(p)))
+	}
+	return n
+}
+
+// SizePush is the size of AppendPush's encoding.
+func SizePush(from string, transfer int32, keys []limit.KeyState, parts []int) int {
+	n := sizeString(from) + sizeVarint(uint64(int64(transfer)))
+	for i := range keys {
+		n += 1 + protowire.SizeBytes(sizeKeyState(&keys[i]))
+	}
+	if len(parts) > 0 {
+		n += 1 + protowire.SizeBytes(sizePartitions(parts))
+	}
+	return n
+}
+
+// AppendPush appends a PushStateRequest to b, as
+// proto.MarshalOptions{Deterministic: true} writes it. Partitions are sent
+// as uint32, as the field is. It fails only for a from that is not UTF-8.
+func AppendPush(b []byte, from string, transfer int32, keys []limit.KeyState, parts []int) ([]byte, error) {
+	b, err := appendString(b, pushFrom, from)
+	if err != nil {
+		return nil, err
+	}
+	b = appendVarint(b, pushTransfer, uint64(int64(transfer)))
+	for i := range keys {
+		k := &keys[i]
+		b = protowire.AppendTag(b, pushKeys, protowire.BytesType)
+		b = protowire.AppendVarint(b, uint64(sizeKeyState(k)))
+		b = appendVarint(b, ksAlgorithm, uint64(k.Algorithm))
+		if len(k.Key) > 0 {
+			b = protowire.AppendTag(b, ksKey, protowire.BytesType)
+			b = protowire.AppendString(b, k.Key)
+		}
+		if len(k.State) > 0 {
+			b = protowire.AppendTag(b, ksState, protowire.BytesType)
+			b = protowire.AppendBytes(b, k.State)
+		}
+	}
+	if len(parts) > 0 {
+		b = protowire.AppendTag(b, pushPartitions, protowire.BytesType)
+		b = protowire.AppendVarint(b, uint64(sizePartitions(parts)))
+		for _, p := range parts {
+			b = protowire.AppendVarint(b, uint64(uint32(p)))
+		}
+	}
+	return b, nil
+}
+
+// keySpan is a decoded KeyState whose key and state are offsets into the
+// decoder's buffers, which may still move.
+type keySpan struct {
+	alg                int32
+	keyFrom, keyTo     int // in the key buffer
+	stateFrom, stateTo int // in the state buffer
+}
+
+// DecodePush decodes a PushStateRequest as proto.Unmarshal does (the last
+// occurrence of a scalar wins, repeated fields accumulate, partitions may
+// be packed or not, unknown fields and fields of the wrong wire type are
+// skipped, from must be UTF-8) and converts its keys: an algorithm outside
+// limit's is an error, as it is for the generated message's conversion.
+// maxKeys bounds the keys: a push with more fails before they are decoded.
+// Nothing of data is kept.
+func DecodePush(data []byte, maxKeys int) (Push, error) {
+	var p Push
+	var keyBuf, stateBuf []byte
+	var spans []keySpan
+	if n, size, err := countField(data, pushKeys); err != nil {
+		return Push{}, err
+	} else if n > maxKeys {
+		return Push{}, fmt.Errorf("transport: %d key states in one push, max %d", n, maxKeys)
+	} else if n > 0 {
+		spans = make([]keySpan, 0, n)
+		keyBuf, stateBuf = make([]byte, 0, size), make([]byte, 0, size)
+	}
+	for b := data; len(b) > 0; {
+		num, typ, n := consumeTag(b)
+		if n < 0 {
+			return Push{}, malformed("push", n)
+		}
+		b = b[n:]
+		switch {
+		case num == pushFrom && typ == protowire.BytesType:
+			s, m := protowire.ConsumeBytes(b)
+			if m < 0 {
+				return Push{}, malformed("push", m)
+			}
+			if !utf8.Valid(s) {
+				return Push{}, errInvalidUTF8
+			}
+			p.From, n = string(s), m
+		case num == pushTransfer && typ == protowire.VarintType:
+			v, m := protowire.ConsumeVarint(b)
+			if m < 0 {
+				return Push{}, malformed("push", m)
+			}
+			p.Transfer, n = int32(v), m
+		case num == pushKeys && typ == protowire.BytesType:
+			s, m := protowire.ConsumeBytes(b)
+			if m < 0 {
+				return Push{}, malformed("push", m)
+			}
+			alg, key, state, err := decodeKeyState(s)
+			if err != nil {
+				return Push{}, err
+			}
+			sp := keySpan{alg: alg, keyFrom: len(keyBuf), stateFrom: len(stateBuf)}
+			keyBuf, stateBuf = append(keyBuf, key...), append(stateBuf, state...)
+			sp.keyTo, sp.stateTo = len(keyBuf), len(stateBuf)
+			spans = append(spans, sp)
+			n = m
+		case num == pushPartitions && typ == protowire.VarintType:
+			v, m := protowire.ConsumeVarint(b)
+			if m < 0 {
+				return Push{}, malformed("push", m)
+			}
+			p.Partitions, n = append(p.Partitions, uint32(v)), m
+		case num == pushPartitions && typ == protowire.BytesType:
+			s, m := protowire.ConsumeBytes(b)
+			if m < 0 {
+				return Push{}, malformed("push", m)
+			}
+			for len(s) > 0 {
+				v, k := protowire.ConsumeVarint(s)
+				if k < 0 {
+					return Push{}, malformed("push", k)
+				}
+				p.Partitions, s = append(p.Partitions, uint32(v)), s[k:]
+			}
+			n = m
+		default:
+			if n = protowire.ConsumeFieldValue(num, typ, b); n < 0 {
+				return Push{}, malformed("push", n)
+			}
+		}
+		b = b[n:]
+	}
+	keys := string(keyBuf) // one allocation for every key
+	p.Keys = make([]limit.KeyState, len(spans))
+	for i, sp := range spans {
+		if sp.alg < 0 || sp.alg > int32(limit.SlidingLog) {
+			return Push{}, fmt.Errorf("transport: key state %d: unknown algorithm %d", i, sp.alg)
+		}
+		p.Keys[i] = limit.KeyState{Algorithm: limit.Algorithm(sp.alg), Key: keys[sp.keyFrom:sp.keyTo]}
+		if sp.stateTo > sp.stateFrom {
+			p.Keys[i].State = stateBuf[sp.stateFrom:sp.stateTo:sp.stateTo]
+		}
+	}
+	return p, nil
+}
+
+// decodeKeyState reads one KeyState: the last occurrence of each field
+// wins, other fields are skipped.
+func decodeKeyState(b []byte) (alg int32, key, state []byte, err error) {
+	for len(b) > 0 {
+		num, typ, n := consumeTag(b)
+		if n < 0 {
+			return 0, nil, nil, malformed("key state", n)
+		}
+		b = b[n:]
+		switch {
+		case num == ksAlgorithm && typ == protowire.VarintType:
+			v, m := protowire.ConsumeVarint(b)
+			if m < 0 {
+				return 0, nil, nil, malformed("key state", m)
+			}
+			alg, n = int32(v), m
+		case (num == ksKey || num == ksState) && typ == protowire.BytesType:
+			s, m := protowire.ConsumeBytes(b)
+			if m < 0 {
+				return 0, nil, nil, malformed("key state", m)
+			}
+			if num == ksKey {
+				key = s
+			} else {
+				state = s
+			}
+			n = m
+		default:
+			if n = protowire.ConsumeFieldValue(num, typ, b); n < 0 {
+				return 0, nil, nil, malformed("key state", n)
+			}
+		}
+		b = b[n:]
+	}
+	return alg, key, state, nil
+}
+
+// countField counts the top-level length-delimited occurrences of field num
+// in a message and the bytes they hold, checking only the framing.
+func countField(b []byte, num protowire.Number) (count, size int, err error) {
+	for len(b) > 0 {
+		f, typ, n := consumeTag(b)
+		if n < 0 {
+			return 0, 0, malformed("push", n)
+		}
+		b = b[n:]
+		if n = protowire.ConsumeFieldValue(f, typ, b); n < 0 {
+			return 0, 0, malformed("push", n)
+		}
+		if f == num && typ == protowire.BytesType {
+			count++
+			size += n
+		}
+		b = b[n:]
+	}
+	return count, size, nil
+}
