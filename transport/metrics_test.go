@@ -139,7 +139,7 @@ func TestMetricNames(t *testing.T) {
 // every reason.
 func TestMetricLabelsCoverLimit(t *testing.T) {
 	t.Parallel()
-	if n := len(limit.Algorithms()); n != numAlgorithmLabels-1 {
+	if n := len(limit.Algorithms()) + len(limit.GubernatorAlgorithms()); n != numAlgorithmLabels-1 {
 		t.Errorf("limit has %d algorithms, metrics %d", n, numAlgorithmLabels-1)
 	}
 	if n := len(limit.Reasons()); n != numReasonLabels {

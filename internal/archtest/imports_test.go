@@ -28,7 +28,7 @@ var allowed = map[string][]string{
 	"gossip":            {"ring"},
 	"transport":         {"limit", "transport/pb", "transport/internal/wire"},
 	"transport/pb":      {},
-	"peer":              {"limit", "table", "bucket", "window", "ring", "transport"},
+	"peer":              {"limit", "table", "bucket", "window", "ring", "transport", "gubernator"},
 	"cmd/shardlimiter":  {"*"},
 	"loadtest":          {"limit", "transport", "internal/wide", "client"},
 	"internal/archtest": {},
@@ -58,6 +58,10 @@ var allowed = map[string][]string{
 	"rules/rulesfile": {"rules"},
 	// Envoy's rate-limit service: proto types of go-control-plane stay in it.
 	"rls": {"limit", "rules", "transport"},
+
+	// gubernator's TOKEN_BUCKET and LEAKY_BUCKET, for the drop-in of its
+	// API: a leaf like bucket and window.
+	"gubernator": {"limit", "table"},
 }
 
 // thirdParty lists, for the packages that are restricted, the modules
@@ -82,7 +86,7 @@ var thirdParty = map[string][]string{
 
 // leaves never read the clock, log or start goroutines (DESIGN.md §2): time
 // is the caller's now, and their callers own every goroutine.
-var leaves = map[string]bool{"limit": true, "table": true, "internal/wide": true, "bucket": true, "window": true, "ring": true, "rules": true}
+var leaves = map[string]bool{"limit": true, "table": true, "internal/wide": true, "bucket": true, "window": true, "gubernator": true, "ring": true, "rules": true}
 
 func TestImportDirection(t *testing.T) {
 	root, err := filepath.Abs("../..")
