@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/tap"
 
+	"github.com/shardlimiter/shardlimiter/transport/gubpb"
 	"github.com/shardlimiter/shardlimiter/transport/pb"
 )
 
@@ -32,6 +33,9 @@ type GRPCConfig struct {
 	// Members answers shardlimiter.v1.Cluster (clients learning the ring,
 	// members.go). Nil: the service is not served.
 	Members MembershipSource
+	// Gubernator answers gubernator's pb.gubernator.V1 (gubernator.go).
+	// Nil: the service is not served.
+	Gubernator *Gubernator
 	// MaxBatch bounds the items of one call; a larger batch fails the whole
 	// call with InvalidArgument. Zero means DefaultMaxBatch (1000). Larger
 	// batches amortize more per-call cost but hold more memory per call.
@@ -114,6 +118,10 @@ func NewGRPCServer(cfg GRPCConfig) *GRPCServer {
 	if cfg.Members != nil {
 		pb.RegisterClusterServer(s.srv, &clusterServer{src: cfg.Members, stop: watching})
 		s.services = append(s.services, ClusterServiceName)
+	}
+	if cfg.Gubernator != nil {
+		gubpb.RegisterV1Server(s.srv, cfg.Gubernator)
+		s.services = append(s.services, GubernatorServiceName)
 	}
 	if cfg.Register != nil {
 		cfg.Register(s.srv)

@@ -26,7 +26,7 @@ var allowed = map[string][]string{
 	"window":            {"limit", "table", "internal/wide"},
 	"ring":              {},
 	"gossip":            {"ring"},
-	"transport":         {"limit", "transport/pb", "transport/internal/wire"},
+	"transport":         {"limit", "transport/pb", "transport/internal/wire", "transport/gubpb"},
 	"transport/pb":      {},
 	"peer":              {"limit", "table", "bucket", "window", "ring", "transport", "gubernator"},
 	"cmd/shardlimiter":  {"*"},
@@ -62,6 +62,9 @@ var allowed = map[string][]string{
 	// gubernator's TOKEN_BUCKET and LEAKY_BUCKET, for the drop-in of its
 	// API: a leaf like bucket and window.
 	"gubernator": {"limit", "table"},
+	// gubernator's API, generated (proto/gubernator); its types stay in
+	// transport like pb's.
+	"transport/gubpb": {},
 }
 
 // thirdParty lists, for the packages that are restricted, the modules
