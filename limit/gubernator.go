@@ -28,6 +28,11 @@ import (
 // far from int64 overflow.
 const MaxGubernatorCount = 1 << 53
 
+// MaxGubernatorDuration bounds the duration of a gubernator check: longer
+// than shardlimiter's MaxPeriod, since gubernator callers use periods of
+// years (its own tests: 1000 minutes × 1000).
+const MaxGubernatorDuration = 100 * 366 * 24 * time.Hour
+
 // MaxCreatedAt bounds CreatedAt (Unix ms; 2100-01-01 UTC): an instant that
 // converts to Unix nanoseconds without overflow.
 const MaxCreatedAt = 4_102_444_800_000
@@ -67,8 +72,8 @@ func (r Rule) validateGubernator() error {
 		return fmt.Errorf("limit must be in [0, %d], got %d", int64(MaxGubernatorCount), r.Limit)
 	case r.Burst < 0 || r.Burst > MaxGubernatorCount:
 		return fmt.Errorf("burst must be in [0, %d], got %d", int64(MaxGubernatorCount), r.Burst)
-	case r.Period < 0 || r.Period > MaxPeriod:
-		return fmt.Errorf("duration must be in [0, %d], got %d", MaxPeriod.Milliseconds(), r.Period.Milliseconds())
+	case r.Period < 0 || r.Period > MaxGubernatorDuration:
+		return fmt.Errorf("duration must be in [0, %d], got %d", MaxGubernatorDuration.Milliseconds(), r.Period.Milliseconds())
 	case r.Period%time.Millisecond != 0:
 		return fmt.Errorf("duration must be whole milliseconds, got %v", r.Period)
 	case r.Behavior&^gubernatorBehaviors != 0:

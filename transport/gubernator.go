@@ -171,8 +171,8 @@ func gubernatorCheck(r *gubpb.RateLimitReq) (limit.Check, error) {
 		return c, fmt.Errorf("Invalid rate limit algorithm '%d'", int32(r.GetAlgorithm()))
 	}
 	d := r.GetDuration()
-	if d < 0 || d > limit.MaxPeriod.Milliseconds() {
-		return c, fmt.Errorf("duration must be in [0, %d], got %d", limit.MaxPeriod.Milliseconds(), d)
+	if d < 0 || d > limit.MaxGubernatorDuration.Milliseconds() {
+		return c, fmt.Errorf("duration must be in [0, %d], got %d", limit.MaxGubernatorDuration.Milliseconds(), d)
 	}
 	c.Rule.Limit, c.Rule.Period, c.Rule.Burst = r.GetLimit(), time.Duration(d)*time.Millisecond, r.GetBurst()
 	b := int32(r.GetBehavior())

@@ -80,6 +80,7 @@ func TestConfigRejectsBadValues(t *testing.T) {
 		{[]string{"--shutdown-grace", "soon"}, env(), "--shutdown-grace"},
 		{[]string{"--peer-addr", "x"}, env(), "--peer-addr: want host:port"},
 		{[]string{"--health-addr", "8083"}, env(), "--health-addr: want host:port"},
+		{nil, env("SHARDLIMITER_GUBERNATOR_HTTP_ADDR", "9080"), "--gubernator-http-addr: want host:port"},
 		{[]string{"--peer-tls-cert-file", "a", "--peer-tls-key-file", "b"}, env(), "needs all three"},
 		{[]string{"--tls-cert-file", "a"}, env(), "needs both"},
 		{[]string{"--tls-client-ca-file", "a"}, env(), "client certificates need TLS"},

@@ -98,6 +98,9 @@ func (r *Request) check(internal bool) (limit.Check, error) {
 	}
 	minPeriod := int64(1)
 	if limit.Algorithm(r.Algorithm).Gubernator() {
+		if r.DurationMs < 0 || r.DurationMs > limit.MaxGubernatorDuration.Milliseconds() {
+			return limit.Check{}, fmt.Errorf("duration_ms must be in [0, %d], got %d", limit.MaxGubernatorDuration.Milliseconds(), r.DurationMs)
+		}
 		minPeriod = 0
 	}
 	if r.Calendar < 0 || r.Calendar > math.MaxUint8 {
@@ -106,7 +109,9 @@ func (r *Request) check(internal bool) (limit.Check, error) {
 	var period time.Duration
 	if r.Limit != 0 || r.DurationMs != 0 {
 		var err error
-		if period, err = msToDuration("duration_ms", r.DurationMs, minPeriod); err != nil {
+		if minPeriod == 0 {
+			period = time.Duration(r.DurationMs) * time.Millisecond
+		} else if period, err = msToDuration("duration_ms", r.DurationMs, minPeriod); err != nil {
 			return limit.Check{}, err
 		}
 	}
