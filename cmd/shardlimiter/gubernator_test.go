@@ -6,6 +6,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -117,32 +119,34 @@ func freeAddr(t testing.TB) string {
 }
 
 // BenchmarkGubernatorAPI measures gubernator's API against the native one
-// on one node over loopback gRPC, batch 1 and batch 100, spread keys
-// (100 000), token buckets of each API, client and node in one process:
+// on one node (the real binary, a process of its own) over loopback gRPC,
+// batch 1 and batch 100, spread keys (100 000), token buckets of each API,
+// 32 callers; it reports checks/s and the node's CPU per check (Linux):
 //
-//	go test -run '^$' -bench GubernatorAPI -benchtime 5s ./cmd/shardlimiter
+//	go test -run '^$' -bench GubernatorAPI -benchtime 4s ./cmd/shardlimiter
 func BenchmarkGubernatorAPI(b *testing.B) {
-	s := serve(b, "--log-level", "error")
-	conn, err := grpc.NewClient(s.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	bin := buildBinary(b)
+	p := startProc(b, bin, "127.0.0.1", freeGossipPort(b, "127.0.0.1"), "", "--log-level", "error")
+	conn, err := grpc.NewClient(p.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer conn.Close()
-	native, err := transport.Dial(s.grpc)
+	native, err := transport.Dial(p.grpc)
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer native.Close()
 	gub := gubpb.NewV1Client(conn)
+	key := func(n *atomic.Int64) string { return "k" + strconv.FormatInt(n.Add(1)%100_000, 10) }
 	for _, batch := range []int{1, 100} {
 		b.Run(fmt.Sprintf("native/batch%d", batch), func(b *testing.B) {
 			var next atomic.Int64
-			b.SetParallelism(16) // 32 callers on 2 cores, as in docs/PERFORMANCE.md
-			b.RunParallel(func(pb *testing.PB) {
+			measure(b, p, batch, func(pb *testing.PB) {
 				checks := make([]limit.Check, batch)
 				for pb.Next() {
 					for i := range checks {
-						checks[i] = limit.Check{Name: "bench", Key: fmt.Sprint("k", next.Add(1)%100_000), Hits: 1,
+						checks[i] = limit.Check{Name: "bench", Key: key(&next), Hits: 1,
 							Rule: limit.Rule{Algorithm: limit.TokenBucket, Limit: 1_000_000, Period: time.Minute}}
 					}
 					if _, err := native.GetRateLimits(context.Background(), checks); err != nil {
@@ -151,16 +155,14 @@ func BenchmarkGubernatorAPI(b *testing.B) {
 					}
 				}
 			})
-			b.ReportMetric(float64(b.N*batch)/b.Elapsed().Seconds(), "checks/s")
 		})
 		b.Run(fmt.Sprintf("gubernator/batch%d", batch), func(b *testing.B) {
 			var next atomic.Int64
-			b.SetParallelism(16) // 32 callers on 2 cores, as in docs/PERFORMANCE.md
-			b.RunParallel(func(pb *testing.PB) {
+			measure(b, p, batch, func(pb *testing.PB) {
 				req := &gubpb.GetRateLimitsReq{Requests: make([]*gubpb.RateLimitReq, batch)}
 				for pb.Next() {
 					for i := range req.Requests {
-						req.Requests[i] = &gubpb.RateLimitReq{Name: "bench", UniqueKey: fmt.Sprint("k", next.Add(1)%100_000),
+						req.Requests[i] = &gubpb.RateLimitReq{Name: "bench", UniqueKey: key(&next),
 							Hits: 1, Limit: 1_000_000, Duration: 60_000}
 					}
 					if _, err := gub.GetRateLimits(context.Background(), req); err != nil {
@@ -169,7 +171,38 @@ func BenchmarkGubernatorAPI(b *testing.B) {
 					}
 				}
 			})
-			b.ReportMetric(float64(b.N*batch)/b.Elapsed().Seconds(), "checks/s")
 		})
 	}
+}
+
+// measure runs body with 32 callers (16 per core on 2 cores) and reports
+// checks/s and the node's CPU µs per check.
+func measure(b *testing.B, p *proc, batch int, body func(pb *testing.PB)) {
+	cpu0 := procCPU(p.cmd.Process.Pid)
+	b.SetParallelism(16)
+	b.ResetTimer()
+	b.RunParallel(body)
+	b.StopTimer()
+	checks := float64(b.N * batch)
+	b.ReportMetric(checks/b.Elapsed().Seconds(), "checks/s")
+	if cpu1 := procCPU(p.cmd.Process.Pid); cpu0 >= 0 && cpu1 >= 0 {
+		b.ReportMetric(float64(cpu1-cpu0)/float64(time.Microsecond)/checks, "node-cpu-µs/check")
+	}
+}
+
+// procCPU returns the user+system CPU time of process pid, or -1 where
+// /proc is not there.
+func procCPU(pid int) time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return -1
+	}
+	// the fields after the command name (in parentheses, may hold spaces)
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	if len(f) < 13 {
+		return -1
+	}
+	utime, _ := strconv.ParseInt(f[11], 10, 64)
+	stime, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(utime+stime) * time.Second / 100 // USER_HZ
 }
