@@ -84,7 +84,7 @@ func NewGubernator(cfg GubernatorConfig) *Gubernator { return &Gubernator{cfg: c
 // GetRateLimits answers a batch, as gubernator's V1.GetRateLimits.
 func (g *Gubernator) GetRateLimits(ctx context.Context, req *gubpb.GetRateLimitsReq) (*gubpb.GetRateLimitsResp, error) {
 	start := time.Now()
-	resp, err := g.getRateLimits(ctx, req)
+	resp, err := g.getRateLimits(ctx, req, listenerGRPC)
 	g.cfg.Metrics.observeGRPCAPI(apiGubernatorGRPC, Code(err), len(req.GetRequests()), time.Since(start))
 	if err != nil {
 		return nil, gubernatorStatus(err)
@@ -105,12 +105,14 @@ func gubernatorStatus(err error) error {
 var errGubernatorBatch = status.Errorf(codes.OutOfRange,
 	"Requests.RateLimits list too large; max size is '%d'", GubernatorMaxBatch)
 
-func (g *Gubernator) getRateLimits(ctx context.Context, req *gubpb.GetRateLimitsReq) (*gubpb.GetRateLimitsResp, error) {
+// getRateLimits answers a batch received on listener (listenerGRPC or
+// listenerHTTP, for the shed metric).
+func (g *Gubernator) getRateLimits(ctx context.Context, req *gubpb.GetRateLimitsReq, listener int) (*gubpb.GetRateLimitsResp, error) {
 	items := req.GetRequests()
 	if len(items) > GubernatorMaxBatch {
 		return nil, errGubernatorBatch
 	}
-	units, err := g.cfg.InFlight.acquireChecks(len(items), g.cfg.Metrics, listenerGRPC)
+	units, err := g.cfg.InFlight.acquireChecks(len(items), g.cfg.Metrics, listener)
 	if err != nil {
 		return nil, err
 	}

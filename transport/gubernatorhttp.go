@@ -94,7 +94,7 @@ func (g *Gubernator) serveGetRateLimits(w http.ResponseWriter, r *http.Request) 
 		return
 	}
 	items = len(req.GetRequests())
-	resp, err := g.getRateLimits(r.Context(), &req)
+	resp, err := g.getRateLimits(r.Context(), &req, listenerHTTP)
 	if err != nil {
 		code = writeGubernatorError(w, gubernatorStatus(err))
 		return
