@@ -119,14 +119,59 @@ func TestClusterGlobalCases(t *testing.T) {
 	check("reset remaining", nodes[0], leaky("more", 0, guber.Behavior_RESET_REMAINING), under, 100)
 	check("reset seen by another node", nodes[1], leaky("more", 0, 0), under, 100)
 
-	token := func(hits int64) *guber.RateLimitReq {
-		return &guber.RateLimitReq{Name: "global", UniqueKey: "negative", Behavior: guber.Behavior_GLOBAL,
-			Duration: guber.Minute * 100, Hits: hits, Limit: 2}
+	token := func(key string, hits, limit int64) *guber.RateLimitReq {
+		return &guber.RateLimitReq{Name: "global", UniqueKey: key, Behavior: guber.Behavior_GLOBAL,
+			Duration: guber.Minute * 100, Hits: hits, Limit: limit}
 	}
-	check("negative hits", nodes[0], token(-1), under, 3)
-	check("negative hits", nodes[1], token(-1), under, 4)
-	check("take all", nodes[2], token(4), under, 0)
-	check("peek", nodes[0], token(0), under, 0)
+	check("negative hits", nodes[0], token("negative", -1, 2), under, 3)
+	check("negative hits", nodes[1], token("negative", -1, 2), under, 4)
+	check("take all", nodes[2], token("negative", 4, 2), under, 0)
+	check("peek", nodes[0], token("negative", 0, 2), under, 0)
+
+	// TestGlobalRateLimitsPeerOverLimit: once a hit found the window
+	// empty, a peek answers OVER_LIMIT too (gubernator stores the status)
+	for i, c := range []struct {
+		hits, remaining int64
+		status          guber.Status
+	}{{1, 1, under}, {1, 0, under}, {1, 0, over}, {0, 0, over}} {
+		check(fmt.Sprintf("peer over limit, call %d", i), nodes[i%3], token("peer-over", c.hits, 2), c.status, c.remaining)
+	}
+	// TestGlobalRateLimitsWithLoadBalancing: calls spread over the nodes
+	for i := range 10 {
+		status := under
+		if i >= 2 {
+			status = over
+		}
+		r := get(t, nodes[i%3].client, token("balanced", 1, 2))
+		if r.Error != "" || r.Status != status {
+			t.Errorf("load balanced call %d via %s: %v, want %v", i, nodes[i%3].name, r, status)
+		}
+	}
+	// TestGlobalRateLimits: remaining as gubernator's owner would answer,
+	// one reset_time throughout, the owner named by the other nodes
+	var reset int64
+	for i, c := range []struct{ hits, remaining int64 }{{1, 4}, {2, 2}, {0, 2}, {0, 2}, {2, 0}} {
+		n := nodes[i%3]
+		r := get(t, n.client, token("global-rate-limits", c.hits, 5))
+		if r.Error != "" || r.Status != under || r.Remaining != c.remaining || r.Limit != 5 {
+			t.Errorf("global call %d via %s: %v, want remaining %d", i, n.name, r, c.remaining)
+		}
+		if reset == 0 {
+			reset = r.ResetTime
+		} else if r.ResetTime != reset {
+			t.Errorf("global call %d: reset_time %d, want %d throughout", i, r.ResetTime, reset)
+		}
+	}
+	owners := 0
+	for _, n := range nodes {
+		if get(t, n.client, token("global-rate-limits", 0, 5)).Metadata["owner"] == "" {
+			owners++
+		}
+	}
+	if owners != 1 {
+		t.Errorf("%d nodes answer without naming an owner, want 1 (the owner)", owners)
+	}
+	check("global over limit", nodes[1], token("global-rate-limits", 1, 5), over, 0)
 }
 
 // spend sends hits on every key, each key through another node, and
