@@ -64,6 +64,9 @@ type GubernatorConfig struct {
 	OwnerAddr func(name string) string
 	// Health reports the node for HealthCheck; nil reports healthy, alone.
 	Health func() GubernatorHealth
+	// Closing reports that the node is shutting down: LiveCheck then fails
+	// with Unavailable, as gubernator's does. Nil: never.
+	Closing func() bool
 	// Metrics records every call (api gubernator_grpc, gubernator_http);
 	// nil records nothing.
 	Metrics *Metrics
@@ -230,7 +233,11 @@ func (g *Gubernator) HealthCheck(context.Context, *gubpb.HealthCheckReq) (*gubpb
 	return resp, nil
 }
 
-// LiveCheck answers while the node serves.
+// LiveCheck answers while the node serves, and fails with Unavailable
+// once it is shutting down.
 func (g *Gubernator) LiveCheck(context.Context, *gubpb.LiveCheckReq) (*gubpb.LiveCheckResp, error) {
+	if g.cfg.Closing != nil && g.cfg.Closing() {
+		return nil, status.Error(codes.Unavailable, "server is shutting down")
+	}
 	return &gubpb.LiveCheckResp{}, nil
 }

@@ -120,7 +120,10 @@ func TestGubernatorUnhealthy(t *testing.T) {
 	t.Parallel()
 	g := NewGubernator(GubernatorConfig{Health: func() GubernatorHealth {
 		return GubernatorHealth{Message: "this instance is not found in the peer list"}
-	}})
+	}, Closing: func() bool { return true }})
+	if _, err := g.LiveCheck(context.Background(), &gubpb.LiveCheckReq{}); status.Code(err) != codes.Unavailable {
+		t.Errorf("LiveCheck(closing) = %v, want Unavailable", err)
+	}
 	_, err := g.HealthCheck(context.Background(), &gubpb.HealthCheckReq{})
 	if s := status.Convert(err); s.Code() != codes.Unavailable || s.Message() != "this instance is not found in the peer list" {
 		t.Errorf("HealthCheck(unhealthy) = %v", err)

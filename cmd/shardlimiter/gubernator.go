@@ -15,6 +15,7 @@ func (s *server) newGubernator(tm *transport.Metrics, bound *transport.InFlight)
 		Self:      s.node.Name(),
 		OwnerAddr: s.node.MemberAddr,
 		Health:    s.gubernatorHealth,
+		Closing:   func() bool { return s.node.Cluster().Leaving },
 		Metrics:   tm,
 		InFlight:  bound,
 	})
