@@ -11,6 +11,7 @@ import (
 
 	"github.com/shardlimiter/shardlimiter/limit"
 	"github.com/shardlimiter/shardlimiter/transport/gubpb"
+	"github.com/shardlimiter/shardlimiter/transport/internal/wire"
 )
 
 // gubernator's API, pb.gubernator.V1 (proto/gubernator/gubernator.proto):
@@ -145,7 +146,7 @@ func (g *Gubernator) getRateLimits(ctx context.Context, req *gubpb.GetRateLimits
 			return nil, fmt.Errorf("transport: checker answered %d of %d checks", len(results), len(checks))
 		}
 		for j, i := range idx {
-			out[i] = g.response(&results[j], checks[j].Rule.Limit)
+			out[i] = g.response(&results[j], &checks[j])
 			t.item(checks[j].Rule.Algorithm, &results[j])
 		}
 	}
@@ -164,16 +165,15 @@ func gubernatorCheck(r *gubpb.RateLimitReq) (limit.Check, error) {
 	case gubpb.Algorithm_LEAKY_BUCKET:
 		c.Rule.Algorithm = limit.GubernatorLeakyBucket
 	default:
-		c.Rule.Algorithm = limit.Algorithm(255) // the metrics' "unknown"
+		c.Rule.Algorithm = wire.UnknownAlgorithm
 	}
 	switch {
 	case c.Key == "":
 		return c, errors.New("field 'unique_key' cannot be empty")
 	case c.Name == "":
 		return c, errors.New("field 'namespace' cannot be empty")
-	case c.Rule.Algorithm == 255:
-		//lint:ignore ST1005 gubernator's text, which its clients may match
-		return c, fmt.Errorf("Invalid rate limit algorithm '%d'", int32(r.GetAlgorithm()))
+	case c.Rule.Algorithm == wire.UnknownAlgorithm:
+		return c, itemError(&c, "", fmt.Sprintf("Invalid rate limit algorithm '%d'", int32(r.GetAlgorithm())))
 	}
 	d := r.GetDuration()
 	if d < 0 || d > limit.MaxGubernatorDuration.Milliseconds() {
@@ -194,12 +194,30 @@ func gubernatorCheck(r *gubpb.RateLimitReq) (limit.Check, error) {
 	return c, nil
 }
 
-// response is the RateLimitResp of a result; lim is the request's limit.
-func (g *Gubernator) response(r *limit.Result, lim int64) *gubpb.RateLimitResp {
-	if r.Error != "" {
-		return &gubpb.RateLimitResp{Error: r.Error}
+// itemError is an item error of the algorithms as gubernator words
+// it when the node called owns the key: wrapped with the key (name_key),
+// the worker pool's step and, for an algorithm's own error, its name.
+func itemError(c *limit.Check, algorithm, msg string) error {
+	if algorithm != "" {
+		msg = "Error in " + algorithm + ": " + msg
 	}
-	out := &gubpb.RateLimitResp{Limit: lim, Remaining: r.Remaining, ResetTime: r.ResetAt / int64(time.Millisecond)}
+	return fmt.Errorf("Error while apply rate limit for '%s_%s': during workerPool.GetRateLimit: %s", c.Name, c.Key, msg)
+}
+
+// response is the RateLimitResp of the result of c.
+func (g *Gubernator) response(r *limit.Result, c *limit.Check) *gubpb.RateLimitResp {
+	if r.Error != "" {
+		msg := r.Error
+		if msg == limit.ErrGregorianWeeks.Error() || msg == limit.ErrGregorianUnit.Error() {
+			algorithm := "tokenBucket"
+			if c.Rule.Algorithm == limit.GubernatorLeakyBucket {
+				algorithm = "leakyBucket"
+			}
+			msg = itemError(c, algorithm, msg).Error()
+		}
+		return &gubpb.RateLimitResp{Error: msg}
+	}
+	out := &gubpb.RateLimitResp{Limit: c.Rule.Limit, Remaining: r.Remaining, ResetTime: r.ResetAt / int64(time.Millisecond)}
 	if !r.Allowed {
 		out.Status = gubpb.Status_OVER_LIMIT
 	}

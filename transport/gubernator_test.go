@@ -75,6 +75,7 @@ func TestGubernatorGRPC(t *testing.T) {
 		req("n", "k", 1), req("", "k", 1), req("n", "", 1), req("", "", 1),
 		{Name: "n", UniqueKey: "k2", Algorithm: 7}, req("n", "far:1", 1),
 		{Name: "n", UniqueKey: "k3", Hits: 1, Limit: -1},
+		{Name: "n", UniqueKey: "k4", Hits: 1, Limit: 1, Duration: 3, Behavior: gubpb.Behavior_DURATION_IS_GREGORIAN, Algorithm: gubpb.Algorithm_LEAKY_BUCKET},
 	}})
 	if err != nil {
 		t.Fatal(err)
@@ -85,7 +86,9 @@ func TestGubernatorGRPC(t *testing.T) {
 		t.Errorf("item 0 = %v, want remaining 1, reset %d, no owner (decided here)", r[0], reset)
 	}
 	for i, want := range []string{"", "field 'namespace' cannot be empty", "field 'unique_key' cannot be empty",
-		"field 'unique_key' cannot be empty", "Invalid rate limit algorithm '7'", "", "limit must be in [0,"} {
+		"field 'unique_key' cannot be empty",
+		"Error while apply rate limit for 'n_k2': during workerPool.GetRateLimit: Invalid rate limit algorithm '7'", "", "limit must be in [0,",
+		"Error while apply rate limit for 'n_k4': during workerPool.GetRateLimit: Error in leakyBucket: `Duration = GregorianWeeks` not yet supported; consider making a PR!`"} {
 		if got := r[i].GetError(); !strings.HasPrefix(got, want) || (want == "") != (got == "") {
 			t.Errorf("item %d error = %q, want %q", i, got, want)
 		}
