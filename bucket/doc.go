@@ -30,8 +30,11 @@
 // Rejected hits change nothing unless the rule has limit.CountRejected; then
 // they are charged too, but D never exceeds τ + Period: a client that keeps
 // hammering is locked out for at most one Period (plus one T) after it
-// stops, and its key is full again at most τ + Period later. limit.Reset
-// forgets the key's state before the call is applied.
+// stops, and its key is full again at most τ + Period later.
+// limit.Overdraft charges rejected hits the same way, and makes a peek ask
+// only whether the bucket is overdrawn (D > C×T) rather than whether one
+// more hit fits. limit.Reset forgets the key's state before the call is
+// applied.
 //
 // # Warm-up
 //

@@ -95,6 +95,9 @@ func fuzzOps(t *testing.T, opt, ref limit.Limiter, r, other limit.Rule, start in
 		if b2&2 != 0 {
 			rule.Behavior |= limit.CountRejected
 		}
+		if b2&4 != 0 {
+			rule.Behavior |= limit.Overdraft
+		}
 		capacity := fuzzCapacity(rule)
 		hits := int64(b1 >> 1 % 4)
 		if b1&1 != 0 {

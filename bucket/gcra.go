@@ -54,8 +54,8 @@ func (p rate) interval() int64 { return max((p.period+p.limit-1)/p.limit, 1) }
 // time, used to rescale state across rule changes.
 func (p rate) tau() int64 { return wide.Mul(p.capacity, p.interval()) }
 
-// maxDebt bounds how far ahead of now COUNT_REJECTED may push the
-// theoretical arrival time: one full capacity plus one period. A client
+// maxDebt bounds how far ahead of now COUNT_REJECTED or OVERDRAFT may push
+// the theoretical arrival time: one full capacity plus one period. A client
 // that keeps hammering is therefore locked out for at most one period
 // (plus one hit's interval) after it stops, whatever it sent.
 func (p rate) maxDebt() int64 { return p.tau() + p.period }
@@ -88,21 +88,32 @@ type verdict struct {
 
 // take applies hits at now to a key whose theoretical arrival time is tat
 // and returns the new tat and the verdict. It is pure. A peek (hits ≤ 0)
-// answers as a check of one hit would, and changes nothing.
-func (p rate) take(tat, now, hits int64, countRejected bool) (int64, verdict) {
+// answers as a check of one hit would, and changes nothing; under
+// limit.Overdraft it is refused only when the bucket is overdrawn (debt
+// beyond the capacity). Rejected hits are charged under
+// limit.CountRejected or limit.Overdraft, up to maxDebt.
+func (p rate) take(tat, now, hits int64, b limit.Behavior) (int64, verdict) {
 	base := max(tat, now) // a tat in the past means a full bucket, not credit
 	debt := base - now
 	if hits <= 0 {
-		if p.fits(debt, 1) {
-			return tat, verdict{allowed: true, debt: debt, wait: debt}
+		ask := int64(1)
+		if b.Has(limit.Overdraft) {
+			ask = 0
 		}
-		return tat, p.rejected(debt, 1)
+		switch {
+		case p.fits(debt, 1):
+			return tat, verdict{allowed: true, debt: debt, wait: debt}
+		case ask == 0 && p.fits(debt, 0):
+			// Not overdrawn, though no hit fits: no shaping delay to report.
+			return tat, verdict{allowed: true, debt: debt}
+		}
+		return tat, p.rejected(debt, ask)
 	}
 	if p.fits(debt, hits) {
 		nt := base + p.cost(hits)
 		return nt, verdict{allowed: true, debt: nt - now, wait: debt}
 	}
-	if countRejected {
+	if b&(limit.CountRejected|limit.Overdraft) != 0 {
 		// Charge the rejected hits, but never past maxDebt and never
 		// backwards (debt may already exceed the cap after a clock step).
 		nt := base + max(min(p.cost(hits), p.maxDebt()-debt), 0)

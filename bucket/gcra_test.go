@@ -115,6 +115,19 @@ func TestTokenBucketSteps(t *testing.T) {
 			// Locked out for at most Period + T after the last hit.
 			{at: 1100 * ms, hits: 1, want: ok(0, 2100*ms)},
 		}},
+		{"overdraft counts a report in full; a peek refuses only when overdrawn", perSecond, []step{
+			{at: 0, hits: 10, want: ok(0, 1*sec)},
+			// Exactly at capacity: not over, though one more hit would not fit.
+			{at: 0, hits: 0, b: limit.Overdraft, want: ok(0, 1*sec)},
+			{at: 0, hits: 0, want: no(0, 1*sec, 100*ms)},
+			// A report of 5 is refused and charged.
+			{at: 0, hits: 5, b: limit.Overdraft, want: no(0, 1500*ms, 1*sec)},
+			{at: 0, hits: 0, b: limit.Overdraft, want: no(0, 1500*ms, 500*ms)},
+			{at: 500 * ms, hits: 0, b: limit.Overdraft, want: ok(0, 1500*ms)},
+			{at: 500 * ms, hits: 1, b: limit.Overdraft, want: no(0, 1600*ms, 200*ms)},
+			// Charged up to one period beyond the capacity, as COUNT_REJECTED.
+			{at: 500 * ms, hits: 1000, b: limit.Overdraft, want: no(0, 2500*ms, limit.Never)},
+		}},
 		{"hits beyond capacity never fit", perSecond, []step{
 			{at: 0, hits: 11, want: no(10, 0, limit.Never)},
 			{at: 0, hits: 10, want: ok(0, 1*sec)},

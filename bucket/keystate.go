@@ -137,7 +137,7 @@ func takeWord(e *table.Entry[keyState], id int64, p rate, now, hits int64, b lim
 		if b.Has(limit.Reset) {
 			tat = 0
 		}
-		nw, v := p.take(tat, now, hits, b.Has(limit.CountRejected))
+		nw, v := p.take(tat, now, hits, b)
 		if nw == w {
 			// Nothing to write; the answer holds if the word did not move
 			// while the identity was read.

@@ -66,20 +66,20 @@ func (b *refBucket) Take(key string, now int64, r limit.Rule, hits int64) limit.
 		k.tat = rescale(k.tat, now, k.rule, p)
 	}
 	k.rule, k.warm = p, warm
-	reset, counted := r.Behavior.Has(limit.Reset), r.Behavior.Has(limit.CountRejected)
+	reset := r.Behavior.Has(limit.Reset)
 	if warm {
-		return k.takeWarm(newWarmRate(r), now, hits, reset, counted)
+		return k.takeWarm(newWarmRate(r), now, hits, reset, r.Behavior)
 	}
 	tat := k.tat
 	if reset {
 		tat = 0
 	}
 	var v verdict
-	k.tat, v = p.take(tat, now, hits, counted)
+	k.tat, v = p.take(tat, now, hits, r.Behavior)
 	return p.decision(now, v)
 }
 
-func (k *refKey) takeWarm(w warmRate, now, hits int64, reset, counted bool) limit.Decision {
+func (k *refKey) takeWarm(w warmRate, now, hits int64, reset bool, b limit.Behavior) limit.Decision {
 	switch {
 	case k.maxp == 0:
 		k.stored, k.maxp = w.maxp, w.maxp
@@ -91,7 +91,7 @@ func (k *refKey) takeWarm(w warmRate, now, hits int64, reset, counted bool) limi
 		tat, stored = 0, w.maxp
 	}
 	var v verdict
-	k.tat, k.stored, v = w.take(tat, stored, now, hits, counted)
+	k.tat, k.stored, v = w.take(tat, stored, now, hits, b)
 	return w.decision(now, v)
 }
 

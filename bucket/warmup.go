@@ -66,10 +66,10 @@ func (w warmRate) resync(tat int64, stored float64, now int64) (int64, float64) 
 // calls that follow, as in Guava: a cold key admits at a third of the
 // stable rate and speeds up as it warms. Rejected hits, counted or not,
 // spend no stored permits: they never reached the protected service. It
-// is pure.
-func (w warmRate) take(tat int64, stored float64, now, hits int64, countRejected bool) (int64, float64, verdict) {
+// is pure. b's CountRejected and Overdraft apply as in rate.take.
+func (w warmRate) take(tat int64, stored float64, now, hits int64, b limit.Behavior) (int64, float64, verdict) {
 	if hits <= 0 {
-		nt, v := w.rate.take(tat, now, 0, false)
+		nt, v := w.rate.take(tat, now, 0, b)
 		return nt, stored, v
 	}
 	rt, rs := w.resync(tat, stored, now)
@@ -78,10 +78,10 @@ func (w warmRate) take(tat int64, stored float64, now, hits int64, countRejected
 		nt := rt + w.cost(hits) + int64(math.Ceil(w.extra(rs, spend)))
 		return nt, rs - spend, verdict{allowed: true, debt: nt - now}
 	}
-	if !countRejected {
+	if b&(limit.CountRejected|limit.Overdraft) == 0 {
 		return tat, stored, w.rejected(rt-now, hits)
 	}
-	nt, v := w.rate.take(rt, now, hits, true)
+	nt, v := w.rate.take(rt, now, hits, b)
 	return nt, rs, v
 }
 
@@ -140,7 +140,7 @@ func takeWarmLocked(e *table.Entry[keyState], id int64, w warmRate, now, hits in
 		if b.Has(limit.Reset) {
 			tat, stored = 0, w.maxp
 		}
-		nt, ns, v := w.take(tat, stored, now, hits, b.Has(limit.CountRejected))
+		nt, ns, v := w.take(tat, stored, now, hits, b)
 		// A CAS, not a store: a plain taker that raced an earlier rule
 		// change could still write (see keyTable).
 		if nt == cur || e.Word.CompareAndSwap(cur, nt) {

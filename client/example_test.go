@@ -14,7 +14,7 @@ import (
 
 // A node for the example: a gRPC server whose checker admits 2 hits per
 // key. An application would give Targets the address of its cluster, e.g.
-// "shardlimiter.limits.svc:8081".
+// "shardlimiter.shardlimiter.svc:8081".
 func startNode() (addr string, stop func()) {
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -181,9 +181,13 @@ func (m *Membership) joinLoop(ctx context.Context, ml *memberlist.Memberlist) {
 		case <-ctx.Done():
 			return
 		case <-rejoin:
-			m.rejoinMissing(ctx, contact)
+			if !m.leaving.Load() {
+				m.rejoinMissing(ctx, contact)
+			}
 		case <-m.nameClaimed:
-			m.reclaimName(ctx, contact)
+			if !m.leaving.Load() {
+				m.reclaimName(ctx, contact)
+			}
 		}
 	}
 }

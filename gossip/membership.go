@@ -110,6 +110,10 @@ type Membership struct {
 	lifeMu sync.Mutex // serializes Leave and the shutdown in Run
 	left   bool       // guarded by lifeMu
 	down   bool       // guarded by lifeMu: memberlist shut down
+	// leaving is left, readable without lifeMu (which memberlist's leave
+	// holds while it waits for its broadcast): a node that left rejoins
+	// no one.
+	leaving atomic.Bool
 }
 
 // member is what Membership keeps of one alive node.
@@ -284,25 +288,63 @@ func (m *Membership) Members() []ring.Member {
 }
 
 // Leave broadcasts that this node is leaving, so the others drop it at once
-// instead of detecting a failure, and waits until the broadcast went out or
-// timeout passed (≤ 0 means 5 s). Gossip keeps running until Run returns.
-// Leave is idempotent and a no-op before Run starts memberlist or after it
-// shut down; it delays Run's shutdown until it returns.
+// instead of detecting a failure, and waits until the broadcast went out,
+// no other member is left to hear it, or timeout passed (≤ 0 means 5 s).
+// When the others leave at the same time (a whole cluster stopped at once)
+// the broadcast has nowhere to go: that is not a failure, and Leave returns
+// nil as soon as it sees no other member. Gossip keeps running until Run
+// returns. Leave is idempotent and a no-op before Run starts memberlist or
+// after it shut down; memberlist's own wait delays Run's shutdown until it
+// ends.
 func (m *Membership) Leave(timeout time.Duration) error {
 	if timeout <= 0 {
 		timeout = 5 * time.Second
 	}
 	m.lifeMu.Lock()
-	defer m.lifeMu.Unlock()
 	ml := m.ml.Load()
 	if ml == nil || m.down || m.left {
+		m.lifeMu.Unlock()
 		return nil
 	}
 	m.left = true
-	if err := ml.Leave(timeout); err != nil {
-		return fmt.Errorf("gossip: leave gossip: %w", err)
+	m.leaving.Store(true)
+	done := make(chan error, 1)
+	go func() {
+		// lifeMu is handed to this goroutine: Run must not shut memberlist
+		// down under its Leave (memberlist panics on a leave after shutdown).
+		defer m.lifeMu.Unlock()
+		done <- ml.Leave(timeout)
+	}()
+	tick := time.NewTicker(leavePoll)
+	defer tick.Stop()
+	for {
+		select {
+		case err := <-done:
+			if err != nil && m.othersAlive() {
+				return fmt.Errorf("gossip: leave gossip: %w", err)
+			}
+			return nil
+		case <-tick.C:
+			if !m.othersAlive() {
+				return nil
+			}
+		}
 	}
-	return nil
+}
+
+// leavePoll is how often Leave looks whether any other member is left.
+const leavePoll = 20 * time.Millisecond
+
+// othersAlive reports whether a member other than this node is alive.
+func (m *Membership) othersAlive() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for name := range m.members {
+		if name != m.cfg.NodeName {
+			return true
+		}
+	}
+	return false
 }
 
 // gossipAddrs returns the gossip addresses of the alive members.

@@ -236,6 +236,40 @@ func TestMembershipLeave(t *testing.T) {
 	}
 }
 
+// TestMembershipAllLeave: every member leaves at once, as when a whole
+// cluster is stopped. Each broadcast may have nobody left to hear it: Leave
+// returns nil once no other member is left, long before its timeout, and a
+// node that has left rejoins no seed afterwards.
+func TestMembershipAllLeave(t *testing.T) {
+	t.Parallel()
+	nodes := startCluster(t, 3)
+	// memberlist's own wait runs out its timeout in the background (Run's
+	// shutdown waits for it), so the timeout is kept short; Leave must
+	// return well before it.
+	const timeout = 8 * time.Second
+	start := time.Now()
+	errs := make(chan error, len(nodes))
+	for _, g := range nodes {
+		go func() { errs <- g.m.Leave(timeout) }()
+	}
+	for range nodes {
+		select {
+		case err := <-errs:
+			if err != nil {
+				t.Errorf("Leave() = %v, want nil: nobody was left to tell", err)
+			}
+		case <-time.After(timeout * 3 / 4):
+			t.Fatalf("Leave() still waiting after %v of its %v timeout, with every other member gone", timeout*3/4, timeout)
+		}
+	}
+	t.Logf("three simultaneous leaves returned after %v", time.Since(start))
+	for _, g := range nodes {
+		if !g.m.leaving.Load() {
+			t.Errorf("%s: not marked as having left: it would rejoin its seeds", g.name)
+		}
+	}
+}
+
 func TestMembershipCrashDetected(t *testing.T) {
 	t.Parallel()
 	for _, n := range []int{3, 5} {

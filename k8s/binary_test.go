@@ -117,7 +117,8 @@ func envWithout(env []string, prefix string) []string {
 // there would be silently ignored by the binary.
 func TestManifestEnvKnownToBinary(t *testing.T) {
 	known := binaryEnv(t)
-	for _, dir := range overlays {
+	for _, src := range sources {
+		dir := src.name
 		t.Run(dir, func(t *testing.T) {
 			r := render(t, dir)
 			set := map[string]string{} // variable → where

@@ -16,7 +16,8 @@ import (
 // limiterContainerName is the name of the limiter container in every workload.
 const limiterContainerName = "shardlimiter"
 
-// Defaults of the binary (DESIGN §3), used when a manifest leaves a flag unset.
+// Defaults of the binary (README.md, "Configuration"), used when a manifest
+// leaves a flag unset.
 const (
 	defaultHTTPAddr      = ":8080"
 	defaultGRPCAddr      = ":8081"

@@ -1,12 +1,14 @@
 package manifests
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 )
 
@@ -194,15 +196,57 @@ func fromMembersOnly(t *testing.T, rule networkingv1.NetworkPolicyIngressRule, p
 	return true
 }
 
+// checkPDB: every budget is one Kubernetes can apply to the pods it
+// selects, and the limiter's pods have the budget of their controller: one
+// member at a time for a Deployment, none for a DaemonSet (only an integer
+// minAvailable is valid there, which cannot say "one node at a time" for a
+// node count it does not know; kubectl drain skips DaemonSet pods anyway).
 func checkPDB(t *testing.T, r *rendered, p *limiterPod, _ overlayWant) {
-	if len(r.PDBs) != 1 {
-		t.Fatalf("found %d PodDisruptionBudgets, want 1", len(r.PDBs))
+	var mine []*policyv1.PodDisruptionBudget
+	for _, pdb := range r.PDBs {
+		if !selectsLabelSelector(t, pdb.Spec.Selector, p.Template.Labels) {
+			continue
+		}
+		mine = append(mine, pdb)
+		if err := pdbValidFor(pdb, p.Kind); err != nil {
+			t.Error(err)
+		}
 	}
-	pdb := r.PDBs[0]
-	if !selectsLabelSelector(t, pdb.Spec.Selector, p.Template.Labels) {
-		t.Errorf("PodDisruptionBudget %s does not select the limiter pods", pdb.Name)
+	switch p.Kind {
+	case "DaemonSet":
+		if len(mine) != 0 {
+			t.Errorf("%d PodDisruptionBudgets select the DaemonSet's pods, want none", len(mine))
+		}
+	default:
+		if len(mine) != 1 {
+			t.Fatalf("%d PodDisruptionBudgets select the limiter pods, want 1 (a pod under two budgets cannot be evicted)", len(mine))
+		}
+		pdb := mine[0]
+		if mu := pdb.Spec.MaxUnavailable; mu == nil || mu.String() != "1" || pdb.Spec.MinAvailable != nil {
+			t.Errorf("PodDisruptionBudget %s: maxUnavailable %v, minAvailable %v; want maxUnavailable 1 only", pdb.Name, mu, pdb.Spec.MinAvailable)
+		}
 	}
-	if mu := pdb.Spec.MaxUnavailable; mu == nil || mu.String() != "1" || pdb.Spec.MinAvailable != nil {
-		t.Errorf("PodDisruptionBudget %s: maxUnavailable %v, minAvailable %v; want maxUnavailable 1 only", pdb.Name, mu, pdb.Spec.MinAvailable)
+}
+
+// pdbValidFor reports why Kubernetes cannot apply pdb to pods of a
+// controller of kind. The disruption controller derives maxUnavailable and
+// percentages from the controller's scale subresource; Deployment,
+// ReplicaSet, ReplicationController and StatefulSet have one, a DaemonSet
+// does not: a budget over its pods may only use an integer minAvailable,
+// and with anything else it allows no eviction at all.
+func pdbValidFor(pdb *policyv1.PodDisruptionBudget, kind string) error {
+	switch kind {
+	case "Deployment", "ReplicaSet", "ReplicationController", "StatefulSet":
+		if (pdb.Spec.MaxUnavailable == nil) == (pdb.Spec.MinAvailable == nil) {
+			return fmt.Errorf("PodDisruptionBudget %s: want exactly one of maxUnavailable and minAvailable", pdb.Name)
+		}
+		return nil
 	}
+	if pdb.Spec.MaxUnavailable != nil {
+		return fmt.Errorf("PodDisruptionBudget %s: maxUnavailable %s over pods of a %s, which has no scale subresource: Kubernetes allows only an integer minAvailable", pdb.Name, pdb.Spec.MaxUnavailable.String(), kind)
+	}
+	if ma := pdb.Spec.MinAvailable; ma == nil || ma.Type != intstr.Int {
+		return fmt.Errorf("PodDisruptionBudget %s: minAvailable %v over pods of a %s: Kubernetes allows only an integer", pdb.Name, ma, kind)
+	}
+	return nil
 }

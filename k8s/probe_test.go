@@ -10,12 +10,15 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
 )
 
 // networkEnv are the variables that tie a node to its pod's network; the
@@ -31,7 +34,7 @@ var networkEnv = map[string]bool{
 	"POD_NAMESPACE":               true,
 }
 
-// TestLiveProbes runs the binary with each overlay's configuration on
+// TestLiveProbes runs the binary with each source's configuration on
 // loopback and checks what the kubelet and Prometheus will see: the probe
 // and scrape paths answer 200 on the http port; after SIGTERM readiness turns
 // 503 while the node keeps answering for its shutdown grace, and the process
@@ -40,8 +43,9 @@ var networkEnv = map[string]bool{
 // alone has nobody to hand its keys to and may exit at once).
 func TestLiveProbes(t *testing.T) {
 	bin := binary(t)
-	for _, dir := range overlays {
-		if dir == "overlays/secure" {
+	for _, src := range sources {
+		dir := src.name
+		if src.want.secure {
 			// Its key and certificate files exist only in the pod; the
 			// binary's TLS, keys and health listener are tested in
 			// cmd/shardlimiter (TestClientTLS, TestPeerMTLS, TestGossipKeys).
@@ -49,7 +53,8 @@ func TestLiveProbes(t *testing.T) {
 		}
 		t.Run(dir, func(t *testing.T) {
 			t.Parallel()
-			p := render(t, dir).limiter(t)
+			r := render(t, dir)
+			p := r.limiter(t)
 			c := p.Container
 			if c.StartupProbe == nil || c.ReadinessProbe == nil || c.LivenessProbe == nil ||
 				c.Lifecycle == nil || c.Lifecycle.PreStop == nil || c.Lifecycle.PreStop.Sleep == nil ||
@@ -57,8 +62,9 @@ func TestLiveProbes(t *testing.T) {
 				t.Fatal("probes, preStop sleep or grace period missing (see TestWiring)")
 			}
 
-			first := startNode(t, bin, p, "probe-a", "")
-			second := startNode(t, bin, p, "probe-b", first.gossip)
+			rules := mountRules(t, r, p)
+			first := startNode(t, bin, p, rules, "probe-a", "")
+			second := startNode(t, bin, p, rules, "probe-b", first.gossip)
 			paths := []string{
 				c.StartupProbe.HTTPGet.Path,
 				c.ReadinessProbe.HTTPGet.Path,
@@ -113,7 +119,7 @@ func (n *node) url(path string) string { return "http://" + n.http + path }
 
 // startNode starts the binary with the manifest's environment, except that
 // the network variables are replaced by free loopback ports.
-func startNode(t *testing.T, bin string, p *limiterPod, name, join string) *node {
+func startNode(t *testing.T, bin string, p *limiterPod, rules, name, join string) *node {
 	t.Helper()
 	gossip, tcp := freePorts(t, 3)
 	n := &node{
@@ -123,7 +129,7 @@ func startNode(t *testing.T, bin string, p *limiterPod, name, join string) *node
 	env := envWithout(os.Environ(), "SHARDLIMITER_")
 	for k, v := range p.Env {
 		if k == "SHARDLIMITER_CONFIG" {
-			v = mountRules(t) // the rules ConfigMap's volume, here a directory
+			v = rules // the rules ConfigMap's volume, here a directory
 		}
 		if !networkEnv[k] {
 			env = append(env, k+"="+v)
@@ -142,22 +148,39 @@ func startNode(t *testing.T, bin string, p *limiterPod, name, join string) *node
 	return n
 }
 
-// wantMembers checks that GET url (/v1/cluster) lists n members.
 // mountRules stands for the rules ConfigMap mounted at SHARDLIMITER_CONFIG:
-// a directory holding base/rules.yaml.
-func mountRules(t *testing.T) string {
+// a directory holding the files of the ConfigMap the pod mounts there, as
+// rendered.
+func mountRules(t *testing.T, r *rendered, p *limiterPod) string {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join("base", "rules.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "rules.yaml"), data, 0o600); err != nil {
-		t.Fatal(err)
+	at, ok := p.Env["SHARDLIMITER_CONFIG"]
+	if !ok {
+		return dir
+	}
+	var cm *corev1.ConfigMap
+	for _, m := range p.Container.VolumeMounts {
+		if path.Clean(m.MountPath) != path.Clean(at) {
+			continue
+		}
+		for _, v := range p.Template.Spec.Volumes {
+			if v.Name == m.Name && v.ConfigMap != nil {
+				cm = r.configMap(v.ConfigMap.Name, p.Namespace)
+			}
+		}
+	}
+	if cm == nil {
+		t.Fatalf("SHARDLIMITER_CONFIG=%s is not a mounted ConfigMap of the rendering", at)
+	}
+	for name, data := range cm.Data {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(data), 0o600); err != nil {
+			t.Fatal(err)
+		}
 	}
 	return dir
 }
 
+// wantMembers checks that GET url (/v1/cluster) lists n members.
 func wantMembers(url string, n int) error {
 	resp, err := httpClient.Get(url)
 	if err != nil {

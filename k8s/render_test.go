@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -20,14 +22,57 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// overlays are the deployable kustomizations, relative to this directory.
-var overlays = []string{"overlays/daemonset", "overlays/sidecar", "overlays/secure"}
+// source is one rendering under test: a kustomize overlay, or the Helm
+// chart with a set of values. Every check of the manifests runs on each.
+type source struct {
+	name string
+	want overlayWant
+	// dir is the kustomization (kustomize) or the chart (Helm).
+	dir string
+	// chart is set for the Helm chart: its values.
+	chart *chartValues
+	// extra are manifests applied beside the chart's: the sidecar
+	// example's application, which embeds the limiter container.
+	extra []string
+}
 
-// rendered is one overlay's output, decoded into typed objects.
+// sources are the deployable kustomizations and the chart in each mode,
+// relative to this directory.
+var sources = []source{
+	{name: "overlays/daemonset", dir: "overlays/daemonset", want: overlayWant{kind: "DaemonSet", localTraffic: true}},
+	{name: "overlays/sidecar", dir: "overlays/sidecar", want: overlayWant{kind: "Deployment", nativeSidecar: true}},
+	{name: "overlays/secure", dir: "overlays/secure", want: overlayWant{kind: "DaemonSet", localTraffic: true, secure: true}},
+	{name: "overlays/durable", dir: "overlays/durable", want: overlayWant{kind: "DaemonSet", localTraffic: true}},
+	{name: "chart/daemonset", dir: chartDir, chart: &chartValues{},
+		want: overlayWant{kind: "DaemonSet", localTraffic: true}},
+	{name: "chart/deployment", dir: chartDir, chart: &chartValues{files: []string{chartDir + "/examples/deployment-values.yaml"}},
+		want: overlayWant{kind: "Deployment", spread: true}},
+	{name: "chart/secure", dir: chartDir, chart: &chartValues{
+		files: []string{chartDir + "/examples/secure-values.yaml"},
+		set:   []string{"serviceMonitor.enabled=true", "prometheusRule.enabled=true"}},
+		want: overlayWant{kind: "DaemonSet", localTraffic: true, secure: true, monitoring: true}},
+	{name: "chart/sidecar", dir: chartDir, chart: &chartValues{files: []string{chartDir + "/examples/sidecar-values.yaml"}},
+		extra: []string{chartDir + "/examples/sidecar-app.yaml"},
+		want:  overlayWant{kind: "Deployment", nativeSidecar: true}},
+}
+
+func sourceNamed(t *testing.T, name string) source {
+	t.Helper()
+	for _, s := range sources {
+		if s.name == name {
+			return s
+		}
+	}
+	t.Fatalf("no source %q", name)
+	return source{}
+}
+
+// rendered is one source's output, decoded into typed objects.
 type rendered struct {
 	Namespaces      []*corev1.Namespace
 	ServiceAccounts []*corev1.ServiceAccount
 	ConfigMaps      []*corev1.ConfigMap
+	Secrets         []*corev1.Secret
 	Services        []*corev1.Service
 	PDBs            []*policyv1.PodDisruptionBudget
 	NetworkPolicies []*networkingv1.NetworkPolicy
@@ -35,31 +80,81 @@ type rendered struct {
 	Deployments     []*appsv1.Deployment
 	Certificates    []*certificate
 	Issuers         []*issuer
+	ServiceMonitors []*serviceMonitor
+	PrometheusRules []*prometheusRule
+	// objects are all of the above, in the stream's order.
+	objects []metav1.Object
 }
 
-// kustomize renders dir with `kubectl kustomize`. It skips the test when
-// kubectl is not installed and fails it when the build fails.
-func kustomize(t *testing.T, dir string) []byte {
-	t.Helper()
+// errNoKubectl skips the tests of the overlays where kubectl is missing.
+var errNoKubectl = errors.New("kubectl not on PATH: cannot render the kustomizations")
+
+// kustomize renders dir with `kubectl kustomize`.
+func kustomize(dir string) ([]byte, error) {
 	if _, err := exec.LookPath("kubectl"); err != nil {
-		t.Skip("kubectl not on PATH: cannot render the kustomizations")
+		return nil, errNoKubectl
 	}
 	var stderr bytes.Buffer
 	cmd := exec.Command("kubectl", "kustomize", dir)
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		t.Fatalf("kubectl kustomize %s: %v\n%s", dir, err, stderr.Bytes())
+		return nil, fmt.Errorf("kubectl kustomize %s: %v\n%s", dir, err, stderr.Bytes())
 	}
-	return out
+	return out, nil
 }
 
-// render renders and strictly decodes one overlay.
-func render(t *testing.T, dir string) *rendered {
+// renderCache keeps each source's output: several tests check the same one.
+var renderCache sync.Map // source name → *cachedRender
+
+type cachedRender struct {
+	once sync.Once
+	out  []byte
+	err  error
+}
+
+// output renders s once per test binary: kustomize for an overlay, the
+// Helm SDK for the chart (then its extra manifests).
+func (s source) output(t *testing.T) []byte {
 	t.Helper()
-	r, err := decodeStrict(kustomize(t, dir))
+	v, _ := renderCache.LoadOrStore(s.name, &cachedRender{})
+	c := v.(*cachedRender)
+	c.once.Do(func() {
+		if s.chart == nil {
+			c.out, c.err = kustomize(s.dir)
+			return
+		}
+		c.out, c.err = helmTemplate(s.dir, *s.chart)
+		for _, f := range s.extra {
+			if c.err != nil {
+				return
+			}
+			var b []byte
+			b, c.err = os.ReadFile(f)
+			c.out = append(append(c.out, "\n---\n"...), b...)
+		}
+	})
+	if errors.Is(c.err, errNoKubectl) {
+		t.Skip(c.err)
+	}
+	if c.err != nil {
+		t.Fatalf("render %s: %v", s.name, c.err)
+	}
+	return c.out
+}
+
+// render renders and strictly decodes one source. Objects without a
+// namespace in the chart's renderings (its extra manifests, applied with
+// `kubectl -n`) get the release's.
+func render(t *testing.T, name string) *rendered {
+	t.Helper()
+	s := sourceNamed(t, name)
+	r, err := decodeStrict(s.output(t))
 	if err != nil {
-		t.Fatalf("decode %s: %v", dir, err)
+		t.Fatalf("decode %s: %v", name, err)
+	}
+	if s.chart != nil {
+		r.defaultNamespace(releaseNamespace)
 	}
 	return r
 }
@@ -109,6 +204,9 @@ func (r *rendered) add(doc []byte) error {
 	case "v1/ConfigMap":
 		o := &corev1.ConfigMap{}
 		r.ConfigMaps, obj = append(r.ConfigMaps, o), o
+	case "v1/Secret":
+		o := &corev1.Secret{}
+		r.Secrets, obj = append(r.Secrets, o), o
 	case "v1/Service":
 		o := &corev1.Service{}
 		r.Services, obj = append(r.Services, o), o
@@ -130,6 +228,12 @@ func (r *rendered) add(doc []byte) error {
 	case "cert-manager.io/v1/Issuer":
 		o := &issuer{}
 		r.Issuers, obj = append(r.Issuers, o), o
+	case "monitoring.coreos.com/v1/ServiceMonitor":
+		o := &serviceMonitor{}
+		r.ServiceMonitors, obj = append(r.ServiceMonitors, o), o
+	case "monitoring.coreos.com/v1/PrometheusRule":
+		o := &prometheusRule{}
+		r.PrometheusRules, obj = append(r.PrometheusRules, o), o
 	default:
 		return fmt.Errorf("unexpected apiVersion %q kind %q", tm.APIVersion, tm.Kind)
 	}
@@ -140,11 +244,22 @@ func (r *rendered) add(doc []byte) error {
 	if len(strictErrs) > 0 {
 		return fmt.Errorf("%s: %w", tm.Kind, errors.Join(strictErrs...))
 	}
+	r.objects = append(r.objects, obj.(metav1.Object))
 	return nil
 }
 
-func TestOverlaysDecodeStrictly(t *testing.T) {
-	for _, dir := range overlays {
+// defaultNamespace puts every namespaced object without a namespace into ns.
+func (r *rendered) defaultNamespace(ns string) {
+	for _, o := range r.objects {
+		if _, cluster := o.(*corev1.Namespace); !cluster && o.GetNamespace() == "" {
+			o.SetNamespace(ns)
+		}
+	}
+}
+
+func TestSourcesDecodeStrictly(t *testing.T) {
+	for _, src := range sources {
+		dir := src.name
 		t.Run(dir, func(t *testing.T) {
 			t.Parallel()
 			r := render(t, dir)
@@ -152,10 +267,9 @@ func TestOverlaysDecodeStrictly(t *testing.T) {
 				t.Errorf("%s renders no DaemonSet or Deployment", dir)
 			}
 			for kind, n := range map[string]int{
-				"ConfigMap":           len(r.ConfigMaps),
-				"Service":             len(r.Services),
-				"PodDisruptionBudget": len(r.PDBs),
-				"NetworkPolicy":       len(r.NetworkPolicies),
+				"ConfigMap":     len(r.ConfigMaps),
+				"Service":       len(r.Services),
+				"NetworkPolicy": len(r.NetworkPolicies),
 			} {
 				if n == 0 {
 					t.Errorf("%s renders no %s", dir, kind)

@@ -1,6 +1,7 @@
 package manifests
 
 import (
+	"encoding/base64"
 	"path"
 	"slices"
 	"strings"
@@ -10,14 +11,31 @@ import (
 // gossipKeySecret is the Secret the operator creates (never generated).
 const gossipKeySecret = "shardlimiter-gossip-key"
 
-// TestSecureOverlay checks the wiring of gossip keys and certificates in
-// overlays/secure: every key and certificate flag is set, each file lies in
+// TestSecure checks the wiring of gossip keys and certificates in
+// overlays/secure and the chart's secure values: every key and certificate flag is set, each file lies in
 // a directory mount (a subPath mount would never see a renewal) of the
 // Secret that holds it, those Secrets are what the Certificates write (or
 // the gossip key Secret), the peer certificate serves and authenticates
-// clients, and every Certificate's Issuer is in the overlay.
-func TestSecureOverlay(t *testing.T) {
-	r := render(t, "overlays/secure")
+// clients, every Certificate's Issuer is in the rendering, and a gossip key
+// Secret the chart generates holds valid keys.
+func TestSecure(t *testing.T) {
+	n := 0
+	for _, src := range sources {
+		if !src.want.secure {
+			continue
+		}
+		n++
+		t.Run(src.name, func(t *testing.T) {
+			t.Parallel()
+			checkSecure(t, render(t, src.name))
+		})
+	}
+	if n < 2 {
+		t.Errorf("%d secure sources, want the overlay's and the chart's", n)
+	}
+}
+
+func checkSecure(t *testing.T, r *rendered) {
 	p := r.limiter(t)
 	secretOf := map[string]*certificate{}
 	for _, c := range r.Certificates {
@@ -94,12 +112,37 @@ func TestSecureOverlay(t *testing.T) {
 			}
 		}
 	}
+	for _, s := range r.Secrets {
+		if s.Name == gossipKeySecret {
+			checkGossipKeys(t, s.Data["keys"])
+		}
+	}
+}
+
+// checkGossipKeys: a key file holds one base64 AES key (16, 24 or 32 bytes)
+// a line, as --gossip-key-file reads it.
+func checkGossipKeys(t *testing.T, file []byte) {
+	n := 0
+	for i, l := range strings.Split(string(file), "\n") {
+		if l = strings.TrimSpace(l); l == "" || strings.HasPrefix(l, "#") {
+			continue
+		}
+		n++
+		k, err := base64.StdEncoding.DecodeString(l)
+		if err != nil || (len(k) != 16 && len(k) != 24 && len(k) != 32) {
+			t.Errorf("gossip key line %d: %d bytes, error %v; want base64 of 16, 24 or 32 bytes", i+1, len(k), err)
+		}
+	}
+	if n == 0 {
+		t.Errorf("gossip key Secret %s holds no key", gossipKeySecret)
+	}
 }
 
 // TestNoSubPathMounts: a subPath mount never sees a Secret or ConfigMap
 // update, so no overlay may mount the limiter's files that way.
 func TestNoSubPathMounts(t *testing.T) {
-	for _, dir := range overlays {
+	for _, src := range sources {
+		dir := src.name
 		p := render(t, dir).limiter(t)
 		for _, m := range p.Container.VolumeMounts {
 			if m.SubPath != "" || m.SubPathExpr != "" {

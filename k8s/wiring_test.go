@@ -17,17 +17,14 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 )
 
-// overlayWant is what differs between the overlays.
+// overlayWant is what differs between the sources (render_test.go).
 type overlayWant struct {
 	kind          string // workload kind carrying the limiter
 	nativeSidecar bool   // limiter is an init container with restartPolicy Always
 	localTraffic  bool   // client Service has internalTrafficPolicy Local
-}
-
-var overlayWants = map[string]overlayWant{
-	"overlays/daemonset": {kind: "DaemonSet", localTraffic: true},
-	"overlays/sidecar":   {kind: "Deployment", nativeSidecar: true},
-	"overlays/secure":    {kind: "DaemonSet", localTraffic: true},
+	secure        bool   // gossip key, peer mTLS and client mTLS (TestSecure)
+	spread        bool   // pods spread over zones and nodes
+	monitoring    bool   // ServiceMonitor and PrometheusRule
 }
 
 func TestWiring(t *testing.T) {
@@ -47,13 +44,10 @@ func TestWiring(t *testing.T) {
 		{"networkpolicy", checkNetworkPolicy},
 		{"pdb", checkPDB},
 	}
-	for _, dir := range overlays {
+	for _, src := range sources {
+		dir, want := src.name, src.want
 		t.Run(dir, func(t *testing.T) {
 			t.Parallel()
-			want, ok := overlayWants[dir]
-			if !ok {
-				t.Fatalf("no overlayWants entry for %s", dir)
-			}
 			r := render(t, dir)
 			p := r.limiter(t)
 			for _, c := range checks {

@@ -55,15 +55,25 @@ const (
 	// CountRejected makes rejected hits consume capacity too (the rolling-log
 	// semantics of the seed articles: a client that keeps hammering stays out).
 	CountRejected Behavior = 1 << 1
+	// Overdraft counts every hit, admitted or not, and lets the count pass
+	// Limit, as envoyproxy/ratelimit's counters do and token quotas need:
+	// a usage report is counted in full, and the checks after it are
+	// refused until the count is back under Limit. Hits are admitted when
+	// they fit, as always; a peek (0 hits) is refused only when the key is
+	// already over Limit, not when one more hit would not fit. How far past
+	// Limit a count may go is each algorithm's bound: Limit + MaxHits for
+	// the windows, one Period beyond the capacity for the buckets, and the
+	// newest Limit+1 hits for SLIDING_LOG (which decides exactly with them).
+	Overdraft Behavior = 1 << 2
 
 	// DrainOverLimit and Gregorian are gubernator's DRAIN_OVER_LIMIT and
 	// DURATION_IS_GREGORIAN, for the gubernator algorithms only (see
 	// gubernator.go); its RESET_REMAINING is Reset.
-	DrainOverLimit Behavior = 1 << 2
-	Gregorian      Behavior = 1 << 3
+	DrainOverLimit Behavior = 1 << 3
+	Gregorian      Behavior = 1 << 4
 
 	// ownBehaviors are the flags of shardlimiter's own algorithms.
-	ownBehaviors = Reset | CountRejected
+	ownBehaviors = Reset | CountRejected | Overdraft
 )
 
 // Has reports whether every flag of f is set in b.
@@ -182,6 +192,9 @@ func (r Rule) validateOptions() error {
 	}
 	if r.MinInterval > MaxPeriod {
 		return fmt.Errorf("min_interval_ms must be <= %d, got %d", MaxPeriod.Milliseconds(), r.MinInterval.Milliseconds())
+	}
+	if r.Algorithm == SlidingLog && r.Behavior.Has(Overdraft) && r.Limit >= MaxLogLimit {
+		return fmt.Errorf("SLIDING_LOG limit must be < %d with OVERDRAFT (the log keeps Limit+1 hits), got %d", MaxLogLimit, r.Limit)
 	}
 	if r.Algorithm == SlidingLog && r.Limit > MaxLogLimit {
 		return fmt.Errorf("SLIDING_LOG limit must be <= %d (the log keeps one entry per admitted action); use SLIDING_WINDOW for larger limits, got %d", MaxLogLimit, r.Limit)

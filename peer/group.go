@@ -19,6 +19,10 @@ import (
 // took. The locks are striped by key: groups of different keys rarely wait
 // for each other, and no map of locks grows with the keys.
 //
+// A group whose checks all have limit.Overdraft counts every hit in every
+// limit, admitted or not, so it needs no dry run: each check is taken in
+// turn, under the lock, and the group is refused when any check refuses.
+//
 // Plain checks do not take the lock (they must stay as fast as they are).
 // A plain check on a counter a group also uses (the same rule name and key
 // sent without the group, which the RLS adapter never does) may slip in
@@ -46,6 +50,7 @@ func (g *groupLocks) lock(key string) *sync.Mutex {
 // decideRun decides g, a plain check or a valid group, on this node's
 // tables; out[i] answers g[i].
 func (n *Node) decideRun(kb *keyBuf, g []limit.Check, out []limit.Result, now int64) {
+	n.dur.changed()
 	if len(g) == 1 {
 		out[0] = n.decide(kb, &g[0], now)
 		return
@@ -61,6 +66,18 @@ func (n *Node) decideGroup(kb *keyBuf, g []limit.Check, out []limit.Result, now 
 	defer mu.Unlock()
 	var refused [limit.MaxGroup]bool
 	admit := true
+	if overdrafts(g) {
+		for i := range g {
+			out[i] = n.decide(kb, &g[i], now)
+			refused[i] = !out[i].Allowed
+			admit = admit && !refused[i]
+		}
+		if admit {
+			return
+		}
+		refuseGroup(g, out, refused[:len(g)], now)
+		return
+	}
 	for i := range g {
 		c := &g[i]
 		d := n.limiters[c.Rule.Algorithm].Take(kb.key(c.Name, c.Key), now, c.Rule, 0)
@@ -84,6 +101,22 @@ func (n *Node) decideGroup(kb *keyBuf, g []limit.Check, out []limit.Result, now 
 			return
 		}
 	}
+	refuseGroup(g, out, refused[:len(g)], now)
+}
+
+// overdrafts reports whether every check of g has limit.Overdraft.
+func overdrafts(g []limit.Check) bool {
+	for i := range g {
+		if !g[i].Rule.Behavior.Has(limit.Overdraft) {
+			return false
+		}
+	}
+	return true
+}
+
+// refuseGroup answers every check of the refused group g refused, with
+// the retry of the check that refused it with the longest wait.
+func refuseGroup(g []limit.Check, out []limit.Result, refused []bool, now int64) {
 	var retry time.Duration
 	for i := range g {
 		c, d := &g[i], &out[i].Decision

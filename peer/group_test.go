@@ -223,3 +223,44 @@ func TestGroupMinInterval(t *testing.T) {
 		}
 	}
 }
+
+// TestGroupOverdraft: a group whose limits all count every hit
+// (limit.Overdraft) counts a refused group's hits in every limit, and a
+// check of 0 hits is refused only while a limit is over.
+func TestGroupOverdraft(t *testing.T) {
+	t.Parallel()
+	n, clk := newSingle(t)
+	group := func(hits int64) []limit.Check {
+		sec, min := rule(limit.FixedWindow, 3, time.Second), rule(limit.FixedWindow, 5, time.Minute)
+		sec.Behavior, min.Behavior = limit.Overdraft, limit.Overdraft
+		return []limit.Check{
+			{Name: "sec", Key: "k", Hits: hits, Chained: true, Rule: sec},
+			{Name: "min", Key: "k", Hits: hits, Rule: min},
+		}
+	}
+	steps := []struct {
+		at          string
+		advance     time.Duration
+		hits        int64
+		allowed     bool
+		sec, perMin int64 // remaining after the step
+	}{
+		{"t0", 0, 3, true, 0, 2},
+		{"t0", 0, 0, true, 0, 2},  // at the second's limit, not over it
+		{"t0", 0, 2, false, 0, 0}, // refused by the second, counted in both
+		{"t0", 0, 0, false, 0, 0}, // the second is over
+		{"t0+1s", time.Second, 0, true, 3, 0},
+		{"t0+1s", 0, 1, false, 2, 0}, // the minute refuses; counted in both
+		{"t0+1s", 0, 0, false, 2, 0}, // the minute is over
+	}
+	for i, s := range steps {
+		clk.Advance(s.advance)
+		res, err := n.Check(context.Background(), group(s.hits))
+		if err != nil || res[0].Error != "" || res[1].Error != "" {
+			t.Fatalf("step %d (%s): Check = %+v, %v", i, s.at, res, err)
+		}
+		if res[0].Allowed != s.allowed || res[1].Allowed != s.allowed || res[0].Remaining != s.sec || res[1].Remaining != s.perMin {
+			t.Fatalf("step %d (%s): Check(hits %d) = %+v, want allowed %v, remaining %d/s %d/min", i, s.at, s.hits, res, s.allowed, s.sec, s.perMin)
+		}
+	}
+}

@@ -115,6 +115,9 @@ func (c *testCluster) add() *testNode {
 	if tn.node, err = New(cfg); err != nil {
 		t.Fatal(err)
 	}
+	if err := tn.node.Restore(); err != nil {
+		t.Fatal(err)
+	}
 	tn.srv = transport.NewGRPCServer(transport.GRPCConfig{Checker: tn.node, Local: transport.CheckerFunc(tn.node.CheckLocal), State: tn.node})
 	go tn.srv.Serve(lis)
 	ctx, cancel := context.WithCancel(context.Background())

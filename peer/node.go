@@ -31,6 +31,7 @@ import (
 	"errors"
 	"hash/maphash"
 	"log/slog"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -111,6 +112,20 @@ type Config struct {
 	// this node's keys (see handoff.go); 0 means 5 s. Past it the node says
 	// so in its log and a metric and leaves anyway.
 	HandoffTimeout time.Duration
+	// StateDir is the directory of this node's snapshot file (see
+	// durable.go; the file is named after SnapshotName, so nodes may share
+	// the directory).
+	// Empty keeps state in memory only: a stop of every node loses it.
+	StateDir string
+	// SnapshotName names the snapshot file in StateDir; empty means Name.
+	// Nodes that replace each other on one host (pods of a DaemonSet, whose
+	// names change) share one, so that each finds its predecessor's file.
+	SnapshotName string
+	// SnapshotInterval is how often the snapshot is written when something
+	// changed; 0 means DefaultSnapshotInterval. A crash of every node loses
+	// at most this much of each key's hits; shorter costs a write of every
+	// key held that much more often.
+	SnapshotInterval time.Duration
 	// Registerer receives the node's metrics; nil registers nothing.
 	Registerer prometheus.Registerer
 	// Logger receives the node's logs; nil discards them.
@@ -167,6 +182,7 @@ type Node struct {
 	log      *slog.Logger
 	limiters [7]limiter    // by limit.Algorithm (the gubernator pair share one table: gubernator.go)
 	budget   *table.Budget // nil without Config.MaxMemory
+	dur      *durable      // nil without Config.StateDir
 	view     atomic.Pointer[view]
 	// rebuildMu serializes rebuilds (the membership watcher and Leave), so
 	// that one which read leaving as false cannot store its ring after
@@ -174,6 +190,7 @@ type Node struct {
 	rebuildMu sync.Mutex
 	version   atomic.Uint64
 	leaving   atomic.Bool
+	noneLeft  sync.Once // NoteNoneLeft's line
 	peers     peerSet
 	m         *metrics
 	keyBufs   sync.Pool // *keyBuf
@@ -246,6 +263,7 @@ func New(cfg Config) (*Node, error) {
 	// which tests may hold still.
 	n.peers.now = func() int64 { return time.Now().UnixNano() }
 	n.m = newMetrics(cfg.Registerer, n)
+	n.dur = newDurable(cfg)
 	self, err := ring.New([]ring.Member{n.selfMember()}, 0, cfg.Ring)
 	if err != nil {
 		return nil, err
@@ -269,8 +287,9 @@ func peerAddr(m ring.Member) string { return cmp.Or(m.PeerAddr, m.Addr) }
 // Name returns the node's name.
 func (n *Node) Name() string { return n.cfg.Name }
 
-// Run serves gossip, rebuilds the ring on membership changes and sweeps
-// idle keys until ctx is done, then closes the peer clients. It returns
+// Run serves gossip, rebuilds the ring on membership changes, sweeps idle
+// keys and writes snapshots (Config.StateDir) until ctx is done, then
+// writes a last snapshot and closes the peer clients. It returns
 // after everything it started has exited.
 func (n *Node) Run(ctx context.Context) error {
 	// A gossip failure must stop the watcher and sweeper too, or wg.Wait
@@ -290,6 +309,9 @@ func (n *Node) Run(ctx context.Context) error {
 	wg.Go(func() { n.sweepLoop(ctx) })
 	wg.Go(func() { n.handoffLoop(ctx) })
 	wg.Go(func() { n.replicateLoop(ctx) })
+	if n.dur != nil {
+		wg.Go(func() { n.snapshotLoop(ctx) })
+	}
 	var err error
 	select {
 	case <-ctx.Done():
@@ -297,6 +319,11 @@ func (n *Node) Run(ctx context.Context) error {
 	}
 	cancel()
 	wg.Wait()
+	if n.dur != nil {
+		// Last: the handoff of Leave is done and the caller has stopped
+		// its servers, so this holds everything decided here.
+		n.writeSnapshot()
+	}
 	n.peers.closeAll()
 	return err
 }
@@ -350,6 +377,7 @@ func (n *Node) rebuild(members []ring.Member) error {
 	n.ho.deciding.Lock()
 	old := n.view.Load()
 	n.view.Store(v)
+	restorePush := false
 	if old != nil {
 		from := old
 		if old.snap.Len() == 1 && v.backup != nil && !n.clustered && !n.decidedAlone.Load() {
@@ -362,12 +390,18 @@ func (n *Node) rebuild(members []ring.Member) error {
 			// early push skip its pulls, and the old owner decided on
 			// while the new one started from nothing).
 			from = &view{snap: v.backup, self: -1}
+			// Keys restored from a snapshot that the others own go to
+			// them all the same (restorePushes).
+			restorePush = true
 		}
 		n.pushed = n.planHandoff(from, v)
 	}
 	n.ho.deciding.Unlock()
 	if snap.Len() > 1 {
 		n.clustered = true
+		if n.dur != nil && n.dur.restored.Swap(false) && restorePush {
+			n.restorePushes(v)
+		}
 	}
 	// Changes are tracked only while there is someone to replicate to.
 	track := n.cfg.ReplicationInterval > 0 && snap.Len() > 1
@@ -404,7 +438,9 @@ func (n *Node) sweepLoop(ctx context.Context) {
 // HandoffTimeout has passed (then it logs so and counts it). The node keeps
 // answering (forwarding what it no longer holds) until the caller stops its
 // servers; Run must still be running for the handoff to proceed.
-// Idempotent.
+// It logs what happened once: the keys handed off, or, when no other member
+// is left to take them (a cluster of one, or a whole cluster stopped at
+// once), how many keys this node drops. Idempotent.
 func (n *Node) Leave() error {
 	if n.leaving.Swap(true) {
 		return nil
@@ -413,6 +449,7 @@ func (n *Node) Leave() error {
 	if g == nil {
 		return nil
 	}
+	start := time.Now()
 	// The ring without this node first: its partitions are marked moved and
 	// pushed at once, while gossip tells the others.
 	err := n.rebuild(g.Members())
@@ -422,23 +459,63 @@ func (n *Node) Leave() error {
 	if lerr := g.Leave(n.cfg.LeaveTimeout); lerr != nil && err == nil {
 		err = lerr
 	}
-	start := time.Now()
 	deadline := time.NewTimer(n.cfg.HandoffTimeout)
 	defer deadline.Stop()
 	for i, ch := range pushed {
 		select {
 		case <-ch:
+			continue
 		case <-deadline.C:
-			n.m.handoffIncomplete.Inc()
-			n.log.Warn("leave: handoff not acknowledged before the deadline; leaving anyway",
-				"pending", len(pushed)-i, "of", len(pushed), "timeout", n.cfg.HandoffTimeout)
-			return err
 		}
+		if !n.OthersAlive() {
+			break // nobody is left to take them: said below
+		}
+		n.m.handoffIncomplete.Inc()
+		n.log.Warn("leave: handoff not acknowledged before the deadline; leaving anyway",
+			"pending", len(pushed)-i, "of", len(pushed), "timeout", n.cfg.HandoffTimeout)
+		return err
 	}
-	if len(pushed) > 0 {
-		n.log.Info("leave: keys handed off", "owners", len(pushed), "took", time.Since(start))
+	switch {
+	case !n.OthersAlive():
+		n.NoteNoneLeft()
+	case len(pushed) > 0:
+		n.log.Info("leave: keys handed off", "owners", len(pushed), "took", time.Since(start).Round(time.Microsecond))
 	}
 	return err
+}
+
+// NoteNoneLeft logs, once, that no other member is left to take this
+// node's keys, and how many keys it holds: they go when it exits. Leave
+// calls it when it finds no one; a caller that keeps the node answering
+// after Leave (a drain) calls it when the others go meanwhile, as they do
+// when a whole cluster is stopped at once.
+func (n *Node) NoteNoneLeft() {
+	n.noneLeft.Do(func() {
+		n.log.Info("leave: no other member left to take the keys; " + strconv.Itoa(n.keyCount()) + " keys dropped")
+	})
+}
+
+// OthersAlive reports whether gossip knows a member other than this node.
+func (n *Node) OthersAlive() bool {
+	g := n.cfg.Gossip
+	if g == nil {
+		return false
+	}
+	for _, m := range g.Members() {
+		if m.Name != n.cfg.Name {
+			return true
+		}
+	}
+	return false
+}
+
+// keyCount is the number of keys the tables hold.
+func (n *Node) keyCount() int {
+	total := 0
+	for _, l := range n.limiters {
+		total += l.Len()
+	}
+	return total
 }
 
 // Ready reports whether the node should receive traffic: joined (or alone

@@ -12,7 +12,8 @@ import (
 // the probe. The suspension starts at first, doubles on each further
 // failure up to maxBackoffFactor × first, and a success resets it, so a peer
 // that comes back is used again within a fraction of a second
-// (Config.PeerBackoff), never after a long latch (DESIGN.md §5).
+// (Config.PeerBackoff), never after a long latch (docs/ARCHITECTURE.md,
+// "Fail policy").
 //
 // It reads no clock: every method takes the caller's now (Unix ns). Its
 // methods are safe for concurrent use; concurrent failures may each extend

@@ -45,6 +45,9 @@ type job struct {
 	parts        []int
 	why          limit.Transfer
 	pushed       chan struct{} // push: closed when answered
+	// keysOnly: a push of keys held here that hands over no partition
+	// (restorePushes): the receiver merges them and marks nothing.
+	keysOnly bool
 }
 
 // planHandoff marks the partitions whose owner changed from old to cur and
@@ -60,12 +63,23 @@ func (n *Node) planHandoff(old, cur *view) []chan struct{} {
 	pulls := map[string]*job{}
 	pushes := map[string]*job{}
 	withouts := map[string]*ring.Snapshot{}
+	leaving := n.leaving.Load()
 	h := n.ho
 	h.mu.Lock()
 	for p := range h.kinds {
 		was := old.snap.Member(old.snap.PartitionOwner(p))
 		now := cur.snap.Member(cur.snap.PartitionOwner(p))
 		kind, d := h.kinds[p].Load(), h.parts[p]
+		if now.Name == self && leaving {
+			// A leaving node is on its ring again only when every other
+			// member has gone too: it takes nothing over (the others are
+			// leaving as well, and their pulls would only time out), and
+			// decides from what it holds until it exits.
+			if kind == partMoved || kind == partReceived {
+				h.setLocked(p, partNormal, partDetail{})
+			}
+			continue
+		}
 		if now.Name == self {
 			switch {
 			case kind == partMoved:
@@ -232,14 +246,21 @@ func (n *Node) handoffIdle() bool {
 // under way, or another node took it) is passed on to where it is.
 func (n *Node) runPull(ctx context.Context, j job) {
 	defer n.ho.settle(j.parts)
+	// A node that is leaving decides little more, and the node it pulls
+	// from is most likely stopping too (a whole cluster stopped while a
+	// join's pulls were under way): its failed pulls are no warning.
+	warn := n.log.Warn
+	if n.leaving.Load() {
+		warn = n.log.Debug
+	}
 	keys, err := n.pullFrom(ctx, j.peer, j.parts)
 	if err != nil && j.backup.Name != "" {
-		n.log.Warn("handoff: pull failed, trying the replica", "from", j.peer.Name, "replica", j.backup.Name, "partitions", len(j.parts), "err", err)
+		warn("handoff: pull failed, trying the replica", "from", j.peer.Name, "replica", j.backup.Name, "partitions", len(j.parts), "err", err)
 		keys, err = n.pullFrom(ctx, j.backup, j.parts)
 	}
 	if err != nil {
 		n.m.handoffIncomplete.Inc()
-		n.log.Warn("handoff: pull failed; deciding from the state held here", "from", j.peer.Name, "partitions", len(j.parts), "err", err)
+		warn("handoff: pull failed; deciding from the state held here", "from", j.peer.Name, "partitions", len(j.parts), "err", err)
 	} else {
 		n.importKeys(keys, j.why)
 	}
@@ -325,9 +346,16 @@ func (n *Node) runPush(ctx context.Context, j job) {
 	defer n.pushDone(j)
 	n.ho.drain()
 	keys := n.exportPartitions(j.parts)
+	parts := j.parts
+	if j.keysOnly {
+		if len(keys) == 0 {
+			return
+		}
+		parts = nil
+	}
 	var err error
 	for try := range transferRetries {
-		if err = n.pushTo(ctx, j.peer, j.why, j.parts, keys); err == nil || ctx.Err() != nil {
+		if err = n.pushTo(ctx, j.peer, j.why, parts, keys); err == nil || ctx.Err() != nil {
 			break
 		}
 		n.log.Debug("handoff: push failed, retrying", "to", j.peer.Name, "try", try+1, "err", err)
@@ -434,6 +462,9 @@ func (n *Node) importKeys(keys []limit.KeyState, why limit.Transfer) {
 		}
 	}
 	n.m.transferReceived[why].Add(float64(len(keys) - bad))
+	if len(keys) > bad {
+		n.dur.changed()
+	}
 	if bad > 0 {
 		n.m.transferMalformed.Add(float64(bad))
 		n.log.Warn("state transfer: keys refused", "transfer", why.String(), "refused", bad, "of", len(keys), "err", first)

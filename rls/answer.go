@@ -44,7 +44,7 @@ func (s *Service) answer(p *request, results []limit.Result) *rlspb.RateLimitRes
 			resp.Statuses[i] = &rlspb.RateLimitResponse_DescriptorStatus{Code: rlspb.RateLimitResponse_OK, LimitRemaining: math.MaxUint32}
 			continue
 		case blocked:
-			st = descriptorStatus(d.limits[0], &limit.Result{Decision: limit.Decision{Allowed: d.hits == 0, ResetAt: now}}, now)
+			st = descriptorStatus(d.limits[0], &limit.Result{Decision: limit.Decision{Allowed: d.hits == 0, ResetAt: windowEnd(d.limits[0].Rule, now)}}, now)
 		default:
 			rs := results[d.first : d.first+d.n]
 			j = reported(rs, d.hits)
@@ -74,8 +74,8 @@ func (s *Service) answer(p *request, results []limit.Result) *rlspb.RateLimitRes
 	if quotas > 0 && quotasOver == quotas {
 		resp.OverallCode = rlspb.RateLimitResponse_OVER_LIMIT // quota_mode: over only when every quota descriptor is
 	}
-	if s.cfg.Headers && closest >= 0 {
-		resp.ResponseHeadersToAdd = headers(p.descs[closest].limits[closestAt-p.descs[closest].first], &results[closestAt], now)
+	if s.cfg.Headers {
+		resp.ResponseHeadersToAdd = s.headers(p, resp, results, closest, closestAt, now)
 	}
 	if resp.OverallCode == rlspb.RateLimitResponse_OVER_LIMIT && s.cfg.Shadow {
 		s.m.nodeShadow.Inc()
@@ -124,17 +124,36 @@ func descriptorStatus(l rules.Limit, r *limit.Result, now int64) *rlspb.RateLimi
 	st := &rlspb.RateLimitResponse_DescriptorStatus{
 		Code: rlspb.RateLimitResponse_OK,
 		CurrentLimit: &rlspb.RateLimitResponse_RateLimit{
-			Name:            l.Name,
 			RequestsPerUnit: uint32(min(l.Rule.Limit, math.MaxUint32)),
 			Unit:            unitOf(l.Unit),
 		},
 		LimitRemaining:     uint32(min(max(r.Remaining, 0), math.MaxUint32)),
 		DurationUntilReset: durationpb.New(untilReset(r, now)),
 	}
+	if l.Named {
+		st.CurrentLimit.Name = l.Name // a generated name is ours alone
+	}
 	if !r.Allowed {
-		st.Code = rlspb.RateLimitResponse_OVER_LIMIT
+		// Over the limit nothing remains, whatever the hits that were
+		// refused would have left.
+		st.Code, st.LimitRemaining = rlspb.RateLimitResponse_OVER_LIMIT, 0
 	}
 	return st
+}
+
+// windowEnd is when the window of r that holds now ends: a blocked limit
+// (requests_per_unit: 0) reports the rest of its unit's window as its
+// duration_until_reset, as envoyproxy/ratelimit does.
+func windowEnd(r limit.Rule, now int64) int64 {
+	switch {
+	case r.Calendar != limit.NoCalendar:
+		_, end := r.Calendar.Window(now)
+		return end
+	case r.Period > 0:
+		p := int64(r.Period)
+		return (now/p + 1) * p
+	}
+	return now
 }
 
 // untilReset is how long until r's key is back to full capacity or its

@@ -2,6 +2,7 @@ package rls
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/shardlimiter/shardlimiter/limit"
@@ -20,6 +21,20 @@ import (
 type ByName struct {
 	Rules *rules.Store
 	Next  transport.Checker
+}
+
+// noRuleError returns the error of an item with limit 0 whose name set does
+// not have. A node started without rules files (set nil) says so, rather
+// than speak of a rules file it does not have.
+func noRuleError(set *rules.Set) func(name string) error {
+	if set == nil {
+		return func(string) error {
+			return errors.New("limit must be > 0 (with duration_ms): this node has no rules file (--config) to take a rule from by name")
+		}
+	}
+	return func(name string) error {
+		return fmt.Errorf("limit is 0 and no rule is named %q in the rules file", name)
+	}
 }
 
 // Check implements transport.Checker.
@@ -48,13 +63,14 @@ func (b ByName) Check(ctx context.Context, checks []limit.Check) ([]limit.Result
 		return b.Next.Check(ctx, checks)
 	}
 	// Some names are unknown: decide the others, answer those in place.
+	unnamed := noRuleError(set)
 	var idx []int
 	var sub []limit.Check
 	res := make([]limit.Result, len(checks))
 	for i := range checks {
 		c := &checks[i]
 		if c.Rule.Limit == 0 && c.Rule.Period == 0 {
-			res[i] = limit.Failed(limit.Invalid, fmt.Errorf("limit is 0 and no rule is named %q in the rules file", c.Name))
+			res[i] = limit.Failed(limit.Invalid, unnamed(c.Name))
 			continue
 		}
 		idx, sub = append(idx, i), append(sub, *c)

@@ -39,6 +39,8 @@ descriptors:
       replaces: [{name: per_min}]
   - key: blocked
     rate_limit: {unit: minute, requests_per_unit: 0, name: none}
+  - key: anon
+    rate_limit: {unit: hour, requests_per_unit: 4}
 `
 
 // fakeChecker records the checks it is asked and answers each from

@@ -30,11 +30,12 @@ const (
 // desc is one descriptor of a request, planned.
 type desc struct {
 	kind     kind
-	shadow   bool          // the rule's shadow_mode
-	quota    bool          // the rule's quota_mode
-	hits     int64         // the hits it asked for
-	first, n int           // its checks
-	limits   []rules.Limit // the limit of each of its checks; blocked: the blocking one first
+	shadow   bool           // the rule's shadow_mode
+	quota    bool           // the rule's quota_mode
+	hits     int64          // the hits it asked for
+	first, n int            // its checks
+	limits   []rules.Limit  // the limit of each of its checks; blocked: the blocking one first
+	metadata map[string]any // its rule's metadata (rules.Match.Metadata)
 }
 
 // request is a RateLimitRequest planned: what each descriptor became, and
@@ -67,10 +68,11 @@ func validRequest(req *rlspb.RateLimitRequest) error {
 const MaxDescriptors = 64
 
 // plan matches every descriptor of req against set (nil matches nothing)
-// and builds the checks. Replaces apply across the request, as in
+// and builds the checks, with counting (limit.Overdraft or 0) added to
+// each check's behavior. Replaces apply across the request, as in
 // envoyproxy/ratelimit: a limit whose name another matched rule replaces
 // is not checked.
-func plan(set *rules.Set, req *rlspb.RateLimitRequest) *request {
+func plan(set *rules.Set, req *rlspb.RateLimitRequest, counting limit.Behavior) *request {
 	p := &request{domain: req.Domain, descs: make([]desc, len(req.Descriptors))}
 	keys := make([]string, len(req.Descriptors))
 	var ents []rules.Entry
@@ -97,7 +99,7 @@ func plan(set *rules.Set, req *rlspb.RateLimitRequest) *request {
 		case m.Unlimited:
 			p.descs[i].kind = unlimited
 		case len(m.Limits) > 0:
-			p.descs[i] = desc{kind: checked, shadow: m.Shadow, quota: m.Quota, limits: m.Limits}
+			p.descs[i] = desc{kind: checked, shadow: m.Shadow, quota: m.Quota, limits: m.Limits, metadata: m.Metadata}
 			keys[i] = m.Key
 		}
 	}
@@ -116,8 +118,10 @@ func plan(set *rules.Set, req *rlspb.RateLimitRequest) *request {
 		}
 		pd.hits, pd.first, pd.n = hits, len(p.checks), len(pd.limits)
 		for j, l := range pd.limits {
+			r := l.Rule
+			r.Behavior |= counting
 			p.checks = append(p.checks, limit.Check{
-				Name: l.Name, Key: keys[i], Hits: hits, Rule: l.Rule,
+				Name: l.Name, Key: keys[i], Hits: hits, Rule: r,
 				Chained: j < len(pd.limits)-1,
 			})
 		}
@@ -226,7 +230,7 @@ func overrideLimit(o *ratelimitpb.RateLimitDescriptor_RateLimitOverride) rules.L
 	if c, ok := unitCalendars[o.GetUnit()]; ok && mult == 1 {
 		r.Calendar, r.Period = c, c.Period()
 	}
-	return rules.Limit{Name: name, Unit: unit, Rule: r}
+	return rules.Limit{Name: name, Unit: unit, Rule: r} // not Named: current_limit.name stays empty
 }
 
 // overrideKey is the unique key of an overridden descriptor: its domain

@@ -77,10 +77,13 @@ func TestPlan(t *testing.T) {
 		{"no rule for the entries", "d", 0, []*ratelimitpb.RateLimitDescriptor{entries("nope", "a")}, nil, []kind{noRule}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p := plan(set, &rlspb.RateLimitRequest{Domain: tc.domain, HitsAddend: tc.hits, Descriptors: tc.descs})
+			p := plan(set, &rlspb.RateLimitRequest{Domain: tc.domain, HitsAddend: tc.hits, Descriptors: tc.descs}, limit.Overdraft)
 			var got []string
 			for _, c := range p.checks {
 				got = append(got, checkText(c))
+				if !c.Rule.Behavior.Has(limit.Overdraft) {
+					t.Errorf("check %s has behavior %v, want the counting passed to plan (OVERDRAFT)", checkText(c), c.Rule.Behavior)
+				}
 			}
 			if !slices.Equal(got, tc.want) {
 				t.Errorf("checks = %q, want %q", got, tc.want)
@@ -116,7 +119,7 @@ func TestPlanKeys(t *testing.T) {
 		t.Fatal(err)
 	}
 	key := func(domain string, d *ratelimitpb.RateLimitDescriptor) string {
-		p := plan(set, &rlspb.RateLimitRequest{Domain: domain, Descriptors: []*ratelimitpb.RateLimitDescriptor{d}})
+		p := plan(set, &rlspb.RateLimitRequest{Domain: domain, Descriptors: []*ratelimitpb.RateLimitDescriptor{d}}, 0)
 		if len(p.checks) == 0 {
 			t.Fatalf("no check for %v", d)
 		}

@@ -15,14 +15,17 @@
 // all-or-nothing group (limit.Check.Chained): the owner admits the
 // descriptor only when every limit admits, and counts it only then.
 //
-// Answers follow Envoy and envoyproxy/ratelimit: overall_code is OVER_LIMIT
-// when any descriptor is; a descriptor with no rule, or whose domain is
-// unknown, answers OK with no current_limit; an unlimited rule answers OK
-// with limit_remaining 2^32-1; a rule in shadow mode, and every rule when
-// the node is in shadow mode, is counted but always answers OK. The
-// differences are in docs/ENVOY.md: rejected hits are not counted (Redis
-// counts them), and is_negative_hits is treated as a check that counts
-// nothing.
+// Answers follow Envoy and envoyproxy/ratelimit: every hit counts, past
+// the limit (limit.Overdraft; Config.StopIncrementWhenOverLimit counts
+// admitted hits only), and a descriptor is OVER_LIMIT when its count after
+// its hits is over the limit, with limit_remaining 0; a hits_addend of 0
+// counts nothing and is OVER_LIMIT only when the count already is.
+// overall_code is OVER_LIMIT when any descriptor is; a descriptor with no
+// rule, or whose domain is unknown, answers OK with no current_limit; an
+// unlimited rule answers OK with limit_remaining 2^32-1; a rule in shadow
+// mode, and every rule when the node is in shadow mode, is counted but
+// always answers OK. The differences are in docs/ENVOY.md; one is that
+// is_negative_hits is treated as a check that counts nothing.
 //
 // Proto types stay in this package: the node sees limit.Check and
 // limit.Result only.
@@ -41,6 +44,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 
+	"github.com/shardlimiter/shardlimiter/limit"
 	"github.com/shardlimiter/shardlimiter/rules"
 	"github.com/shardlimiter/shardlimiter/transport"
 )
@@ -69,10 +73,29 @@ type Config struct {
 	// Shadow puts the whole node in shadow mode: descriptors are counted
 	// and reported in metrics, and overall_code is always OK.
 	Shadow bool
-	// Headers adds the IETF RateLimit and RateLimit-Policy fields
-	// (draft-ietf-httpapi-ratelimit-headers-11) for the descriptor closest to
-	// its limit to response_headers_to_add.
+	// StopIncrementWhenOverLimit is envoyproxy/ratelimit's
+	// STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true: when a descriptor of a
+	// request goes over its limit, the other descriptors of the request
+	// count nothing (see stopWhenOver). Every hit of a descriptor that
+	// counts still counts, past the limit (limit.Overdraft): a descriptor
+	// is over the limit when its count after adding its hits is, and a
+	// hits_addend of 0 is over only when the count already is.
+	StopIncrementWhenOverLimit bool
+	// Headers adds rate-limit header fields for the descriptor closest to
+	// its limit to response_headers_to_add, in HeadersFormat.
 	Headers bool
+	// HeadersFormat chooses the header fields: HeadersIETF (the zero
+	// value) or HeadersRateLimit.
+	HeadersFormat HeadersFormat
+	// HeaderNames names the three fields of HeadersRateLimit; an empty
+	// name is envoyproxy/ratelimit's default (RateLimit-Limit,
+	// RateLimit-Remaining, RateLimit-Reset).
+	HeaderNames HeaderNames
+	// DynamicMetadata sets the response's dynamic_metadata as
+	// envoyproxy/ratelimit does with RESPONSE_DYNAMIC_METADATA=true: the
+	// domain, the descriptors, the request's hitsAddend, and the merged
+	// metadata of the descriptors that passed (see metadata.go).
+	DynamicMetadata bool
 	// Registerer receives the service's metrics; nil registers nothing.
 	Registerer prometheus.Registerer
 	// Now reads the clock for duration_until_reset; nil means time.Now.
@@ -94,6 +117,7 @@ func New(cfg Config) *Service {
 	if cfg.JSONChecker == nil {
 		cfg.JSONChecker = cfg.Checker
 	}
+	cfg.HeaderNames = cfg.HeaderNames.orDefault()
 	return &Service{cfg: cfg, m: newMetrics(cfg.Registerer)}
 }
 
@@ -127,18 +151,23 @@ func (s *Service) should(ctx context.Context, req *rlspb.RateLimitRequest, check
 	if s.cfg.Rules != nil {
 		set = s.cfg.Rules.Load()
 	}
-	p := plan(set, req)
+	p := plan(set, req, limit.Overdraft)
 	var results = p.results[:0]
 	if len(p.checks) > 0 {
 		var err error
-		results, err = checker.Check(ctx, p.checks)
-		if err == nil {
-			err = resultsError(results, len(p.checks))
+		if s.cfg.StopIncrementWhenOverLimit && p.counted() > 1 {
+			results, err = stopWhenOver(ctx, checker, p)
+		} else {
+			results, err = decideAll(ctx, checker, p.checks)
 		}
 		if err != nil {
 			s.m.errors.Inc()
 			return nil, callError(err)
 		}
 	}
-	return s.answer(p, results), nil
+	resp := s.answer(p, results)
+	if s.cfg.DynamicMetadata {
+		resp.DynamicMetadata = dynamicMetadata(req, p, resp)
+	}
+	return resp, nil
 }

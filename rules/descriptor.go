@@ -39,11 +39,11 @@ type node struct {
 // rule is what a descriptor with a rate_limit (or rate_limits) asks for.
 type rule struct {
 	limits    []Limit
-	named     []bool // named[i]: limits[i].Name was written in the file
 	unlimited bool
 	shadow    bool
 	quota     bool
 	replaces  []string
+	metadata  map[string]any // the descriptor's metadata, nil when it has none
 }
 
 // find returns the node of lv that entry e matches, or nil.
@@ -172,8 +172,12 @@ func (p *parser) descriptor(n *yaml.Node, parent string) (*node, error) {
 	if d.rule, err = p.rule(f, path); err != nil {
 		return nil, err
 	}
+	md, err := p.metadata(f["metadata"])
+	if err != nil {
+		return nil, err
+	}
 	if d.rule != nil {
-		d.rule.shadow, d.rule.quota = flags["shadow_mode"], flags["quota_mode"]
+		d.rule.shadow, d.rule.quota, d.rule.metadata = flags["shadow_mode"], flags["quota_mode"], md
 	}
 	if d.next, err = p.level(f["descriptors"].val, path); err != nil {
 		return nil, err
@@ -209,7 +213,7 @@ func (p *parser) rule(f map[string]field, path string) (*rule, error) {
 		if many.key != nil {
 			name += "#" + strconv.Itoa(i)
 		}
-		l, named, unlimited, replaces, err := p.rateLimit(item, name)
+		l, _, unlimited, replaces, err := p.rateLimit(item, name)
 		if err != nil {
 			return nil, err
 		}
@@ -218,7 +222,7 @@ func (p *parser) rule(f map[string]field, path string) (*rule, error) {
 		}
 		r.unlimited = unlimited
 		if !unlimited {
-			r.limits, r.named = append(r.limits, l), append(r.named, named)
+			r.limits = append(r.limits, l)
 		}
 		names = append(names, l.Name)
 		r.replaces = append(r.replaces, replaces...)

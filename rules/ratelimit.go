@@ -15,6 +15,10 @@ type Limit struct {
 	// (with "#0", "#1"… appended for the entries of rate_limits). Generated
 	// names are stable: they change only when the path does.
 	Name string
+	// Named reports whether Name was written in the file; false when it
+	// was generated. envoyproxy/ratelimit reports only written names
+	// (current_limit.name).
+	Named bool
 	// Rule is the limit to apply. Rule.Limit is 0 for requests_per_unit: 0,
 	// which rejects every hit (envoyproxy/ratelimit's way to block a value);
 	// such a Rule does not pass limit.Rule.Validate and is never sent to a
@@ -68,6 +72,7 @@ func (p *parser) rateLimit(n *yaml.Node, generated string) (l Limit, named, unli
 	if named = l.Name != ""; !named {
 		l.Name = generated
 	}
+	l.Named = named
 	if replaces, err = p.replaces(f["replaces"].val); err != nil {
 		return l, false, false, nil, err
 	}

@@ -1,6 +1,7 @@
 package rules
 
 import (
+	"reflect"
 	"slices"
 	"testing"
 	"time"
@@ -29,7 +30,7 @@ descriptors:
 	const d = 24 * time.Hour
 	wantLimits := []Limit{
 		{Name: "api.account#0", Unit: "second", Rule: limit.Rule{Algorithm: limit.TokenBucket, Limit: 10, Period: time.Second, Burst: 20}},
-		{Name: "hourly", Unit: "hour", Rule: limit.Rule{Algorithm: limit.FixedWindow, Limit: 1000, Period: time.Hour}},
+		{Name: "hourly", Named: true, Unit: "hour", Rule: limit.Rule{Algorithm: limit.FixedWindow, Limit: 1000, Period: time.Hour}},
 		{Name: "api.account#2", Unit: "month", Rule: limit.Rule{Algorithm: limit.FixedWindow, Limit: 100000, Period: 31 * d, Calendar: limit.CalendarMonth}},
 	}
 	if !slices.Equal(m.Limits, wantLimits) {
@@ -84,5 +85,33 @@ descriptors:
 		if err := l.Rule.Validate(); err != nil {
 			t.Errorf("%s: %v", tt.key, err)
 		}
+	}
+}
+
+// TestMetadata: a descriptor's metadata reaches its Match as written, with
+// numbers as JSON numbers; a descriptor without it has none.
+func TestMetadata(t *testing.T) {
+	t.Parallel()
+	s := mustParse(t, `
+domain: quota
+descriptors:
+  - key: service
+    value: service_1
+    quota_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
+    metadata:
+      service_with_quota: {name: service_1, weight: 2, tags: [a, 1.5, true, null]}
+  - key: service
+    value: service_2
+    rate_limit: {unit: minute, requests_per_unit: 2}
+`)
+	m, ok := s.Match("quota", e("service", "service_1"))
+	want := map[string]any{"service_with_quota": map[string]any{
+		"name": "service_1", "weight": 2.0, "tags": []any{"a", 1.5, true, nil}}}
+	if !ok || !reflect.DeepEqual(m.Metadata, want) {
+		t.Errorf("Match(service_1).Metadata = %#v, %v; want %#v", m.Metadata, ok, want)
+	}
+	if m, ok := s.Match("quota", e("service", "service_2")); !ok || m.Metadata != nil {
+		t.Errorf("Match(service_2).Metadata = %#v, %v; want nil", m.Metadata, ok)
 	}
 }

@@ -48,6 +48,12 @@ type Match struct {
 	// Replaces lists the names of the limits this rule replaces: a request
 	// that matches both drops the replaced limits. Belongs to the Set.
 	Replaces []string
+	// Metadata is the descriptor's metadata as written in the file
+	// (string keys; values strings, numbers, booleans, nulls, lists and
+	// mappings), nil when it has none. envoyproxy/ratelimit returns the
+	// metadata of the descriptors that passed in its dynamic metadata.
+	// Belongs to the Set: do not modify it.
+	Metadata map[string]any
 }
 
 // Parse reads one file's YAML (name is used in error messages) into a Set.
@@ -107,8 +113,8 @@ func newSet(ds []*domain) (*Set, error) {
 func (s *Set) indexNames(lv *level, explicit bool) {
 	for _, n := range lv.list {
 		if n.rule != nil {
-			for i, l := range n.rule.limits {
-				if _, taken := s.byName[l.Name]; !taken && n.rule.named[i] == explicit {
+			for _, l := range n.rule.limits {
+				if _, taken := s.byName[l.Name]; !taken && l.Named == explicit {
 					s.byName[l.Name] = l.Rule
 				}
 			}
@@ -160,7 +166,7 @@ func (s *Set) Match(domain string, entries []Entry) (Match, bool) {
 	}
 	return Match{
 		Key: counterKey(domain, entries, path), Limits: r.limits, Unlimited: r.unlimited,
-		Shadow: r.shadow, Quota: r.quota, Replaces: r.replaces,
+		Shadow: r.shadow, Quota: r.quota, Replaces: r.replaces, Metadata: r.metadata,
 	}, true
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -44,9 +45,53 @@ var (
 	ErrUnavailable = errors.New("transport: unavailable")
 	// ErrTimeout: the call did not complete in time.
 	ErrTimeout = errors.New("transport: timed out")
-	// ErrClosed: the peer client was closed before the check was answered.
-	ErrClosed = errors.New("transport: peer client closed")
+	// ErrClosed: the client was closed before the check was answered.
+	ErrClosed = errors.New("transport: client closed")
 )
+
+// callError is a failed call of one of this package's clients. Its text
+// names each part once, "transport: forward to 10.0.0.7:8082: unavailable:
+// connection refused", where wrapping with %w would repeat the prefixes of
+// the kind and of gRPC ("transport: …: transport: unavailable: rpc error:
+// code = Unavailable desc = …"); errors.Is finds the kind and the cause,
+// status.Code the gRPC code.
+type callError struct {
+	msg         string
+	kind, cause error // kind is nil for an unclassified cause
+}
+
+func (e *callError) Error() string { return e.msg }
+func (e *callError) Unwrap() []error {
+	var out []error
+	for _, err := range []error{e.kind, e.cause} {
+		if err != nil {
+			out = append(out, err)
+		}
+	}
+	return out
+}
+
+// callFailed describes the failure of call (what was asked of whom): kind is
+// one of the Err values above or nil, cause what happened, or nil.
+func callFailed(call string, kind, cause error) error {
+	msg := "transport: " + call
+	if kind != nil {
+		msg += ": " + strings.TrimPrefix(kind.Error(), "transport: ")
+	}
+	if cause != nil && cause != kind {
+		msg += ": " + causeText(cause)
+	}
+	return &callError{msg: msg, kind: kind, cause: cause}
+}
+
+// causeText is the message of a gRPC status without gRPC's "rpc error:
+// code = … desc =" framing (the kind says it already), or err's text.
+func causeText(err error) string {
+	if st, ok := status.FromError(err); ok && st.Message() != "" {
+		return st.Message()
+	}
+	return err.Error()
+}
 
 // batchError rejects a whole call whose batch holds too many items.
 type batchError struct{ n, max int }

@@ -61,14 +61,14 @@ func (c *Client) GetRateLimits(ctx context.Context, checks []limit.Check) ([]lim
 func (c *Client) classify(err error) error {
 	switch status.Code(err) {
 	case codes.Unavailable:
-		return fmt.Errorf("transport: %s: %w: %w", c.addr, ErrUnavailable, err)
+		return callFailed(c.addr, ErrUnavailable, err)
 	case codes.DeadlineExceeded:
-		return fmt.Errorf("transport: %s: %w: %w", c.addr, ErrTimeout, err)
+		return callFailed(c.addr, ErrTimeout, err)
 	}
 	if IsShed(err) {
-		return fmt.Errorf("transport: %s: %w: %w", c.addr, ErrOverloaded, err)
+		return callFailed(c.addr, ErrOverloaded, err)
 	}
-	return fmt.Errorf("transport: %s: %w", c.addr, err)
+	return callFailed(c.addr, nil, err)
 }
 
 // Close closes the connection; calls in flight fail.

@@ -103,14 +103,14 @@ func (h *batchHandler) merge(in *wire.Checks, results []limit.Result, out *resul
 		if len(failed) > 0 && failed[0].Index == i {
 			out.results[i] = limit.Failed(limit.Invalid, failed[0].Err)
 			out.limits[i] = failed[0].Limit
-			t.item(failed[0].Algorithm, &out.results[i])
+			t.item(failed[0].Algorithm, 1, &out.results[i]) // an error whatever its hits
 			failed = failed[1:]
 			continue
 		}
 		c := &in.Checks[next]
 		out.results[i] = results[next] // in place when no item failed
 		out.limits[i] = c.Rule.Limit
-		t.item(c.Rule.Algorithm, &out.results[i])
+		t.item(c.Rule.Algorithm, c.Hits, &out.results[i])
 		next++
 	}
 	h.metrics.add(&t)

@@ -129,7 +129,7 @@ func (g *Gubernator) getRateLimits(ctx context.Context, req *gubpb.GetRateLimits
 		c, err := gubernatorCheck(r)
 		if err != nil {
 			out[i] = &gubpb.RateLimitResp{Error: err.Error()}
-			t.item(c.Rule.Algorithm, &limit.Result{Error: err.Error(), Reason: limit.Invalid})
+			t.item(c.Rule.Algorithm, c.Hits, &limit.Result{Error: err.Error(), Reason: limit.Invalid})
 			continue
 		}
 		checks, idx = append(checks, c), append(idx, i)
@@ -147,7 +147,7 @@ func (g *Gubernator) getRateLimits(ctx context.Context, req *gubpb.GetRateLimits
 		}
 		for j, i := range idx {
 			out[i] = g.response(&results[j], &checks[j])
-			t.item(checks[j].Rule.Algorithm, &results[j])
+			t.item(checks[j].Rule.Algorithm, checks[j].Hits, &results[j])
 		}
 	}
 	g.cfg.Metrics.add(&t)

@@ -86,6 +86,8 @@ const smallBody = 64 << 10
 // Responses use the proto field names (unique_key, reset_time_ms) and emit
 // unpopulated fields; requests may use either spelling. Unknown fields are
 // rejected: they are usually typos that would silently change a limit.
+// Enum names (algorithm, behavior, calendar) match in any case, and one that
+// names nothing fails its item alone (jsonenums.go).
 // The handler is safe for concurrent use.
 func NewHTTPHandler(cfg HTTPConfig) http.Handler {
 	h := &httpHandler{cfg: cfg, batch: newBatchHandler(cfg.Checker, cfg.MaxBatch, cfg.Telemetry, cfg.InFlight, listenerHTTP)}
@@ -210,11 +212,12 @@ func (h *httpHandler) serveBatch(w http.ResponseWriter, r *http.Request, buf *by
 			fmt.Sprintf("transport: batch exceeds the limit of %d items", h.batch.maxBatch)), -1
 	}
 	var req pb.GetRateLimitsRequest
-	if err := protojson.Unmarshal(buf.Bytes(), &req); err != nil {
-		return writeError(w, http.StatusBadRequest, "transport: bad JSON: "+err.Error()), -1
+	badEnums, err := decodeRequest(buf.Bytes(), &req)
+	if err != nil {
+		return writeError(w, http.StatusBadRequest, err.Error()), -1
 	}
 	items := len(req.GetRequests())
-	resp, err := h.decide(r.Context(), &req)
+	resp, err := h.decide(r.Context(), &req, badEnums)
 	if errors.Is(err, ErrOverloaded) {
 		return writeOverloaded(w, err.Error()), items
 	} else if err != nil {
@@ -232,10 +235,11 @@ func (h *httpHandler) serveBatch(w http.ResponseWriter, r *http.Request, buf *by
 }
 
 // decide answers a decoded JSON request, converted as gRPC's (json.go).
-func (h *httpHandler) decide(ctx context.Context, req *pb.GetRateLimitsRequest) (*pb.GetRateLimitsResponse, error) {
+func (h *httpHandler) decide(ctx context.Context, req *pb.GetRateLimitsRequest, bad []badEnum) (*pb.GetRateLimitsResponse, error) {
 	checks := getChecks()
 	defer putChecks(checks)
 	checksFromPB(req.GetRequests(), checks)
+	failBadEnums(checks, bad)
 	out, err := h.batch.decide(ctx, checks, false)
 	if err != nil {
 		return nil, err

@@ -111,7 +111,10 @@ func TestHTTPErrors(t *testing.T) {
 	}{
 		{name: "bad JSON", method: "POST", path: "/v1/GetRateLimits", body: `{"requests":[`, want: 400, wantErr: "bad JSON"},
 		{name: "not an object", method: "POST", path: "/v1/GetRateLimits", body: `[1,2]`, want: 400, wantErr: "bad JSON"},
-		{name: "empty body", method: "POST", path: "/v1/GetRateLimits", body: ``, want: 400, wantErr: "bad JSON"},
+		{name: "empty body", method: "POST", path: "/v1/GetRateLimits", body: ``, want: 400, wantErr: "empty request body"},
+		{name: "blank body", method: "POST", path: "/v1/GetRateLimits", body: " \n", want: 400, wantErr: "empty request body"},
+		{name: "field named as documented", method: "POST", path: "/v1/GetRateLimits", body: `{"requests":[{"durationMs":"x"}]}`, want: 400, wantErr: "field duration_ms:"},
+		{name: "enum of the wrong type", method: "POST", path: "/v1/GetRateLimits", body: `{"requests":[{"algorithm":true}]}`, want: 400, wantErr: "bad JSON"},
 		{name: "unknown field", method: "POST", path: "/v1/GetRateLimits", body: `{"requests":[{"nme":"x"}]}`, want: 400, wantErr: "nme"},
 		{name: "wrong type", method: "POST", path: "/v1/GetRateLimits", body: `{"requests":[{"hits":"many"}]}`, want: 400, wantErr: "bad JSON"},
 		{name: "batch over limit", cfg: HTTPConfig{MaxBatch: 2}, method: "POST", path: "/v1/GetRateLimits", body: batch(3), want: 400, wantErr: "limit of 2 items"},

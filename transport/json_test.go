@@ -2,7 +2,9 @@ package transport
 
 import (
 	"bytes"
+	"net/http"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -77,3 +79,72 @@ func TestJSONResultsAsGRPC(t *testing.T) {
 type errText string
 
 func (e errText) Error() string { return string(e) }
+
+// Enum names in JSON match in any case, as on the command line and in rules
+// files; a name that matches nothing fails its item alone, with the names
+// it could have been, and the other items are decided.
+func TestHTTPEnumNames(t *testing.T) {
+	t.Parallel()
+	checker := &fakeChecker{owner: "n1"}
+	srv := startHTTP(t, HTTPConfig{Checker: checker})
+	body := `{"requests":[
+		{"name":"a","unique_key":"k1","hits":1,"limit":5,"duration_ms":1000,"algorithm":"token_bucket"},
+		{"name":"a","unique_key":"k2","hits":1,"limit":5,"duration_ms":1000,"algorithm":"GCRA"},
+		{"name":"a","unique_key":"k3","hits":1,"limit":5,"duration_ms":1000,"algorithm":"Sliding_Log","behavior":"reset"},
+		{"name":"a","unique_key":"k4","hits":1,"limit":5,"duration_ms":1000,"calendar" :
+			"fortnight"},
+		{"name":"a","unique_key":"k5","hits":1,"limit":5,"duration_ms":1000,"algorithm":2}]}`
+	code, out := do(t, srv, http.MethodPost, "/v1/GetRateLimits", body)
+	if code != http.StatusOK {
+		t.Fatalf("POST = %d %v, want 200: a bad item must not fail the batch", code, out)
+	}
+	resps, _ := out["responses"].([]any)
+	if len(resps) != 5 {
+		t.Fatalf("responses = %v, want 5", out["responses"])
+	}
+	errText := func(i int) string { s, _ := resps[i].(map[string]any)["error"].(string); return s }
+	for _, i := range []int{0, 2, 4} {
+		if e := errText(i); e != "" {
+			t.Errorf("item %d: error %q, want it decided", i, e)
+		}
+	}
+	for i, want := range map[int]string{1: `unknown algorithm "GCRA": want one of TOKEN_BUCKET, LEAKY_BUCKET`, 3: `unknown calendar "fortnight"`} {
+		if e := errText(i); !strings.Contains(e, want) {
+			t.Errorf("item %d: error %q, want it to contain %q", i, e, want)
+		}
+		if st := resps[i].(map[string]any)["status"]; st != "OVER_LIMIT" {
+			t.Errorf("item %d: status %v, want OVER_LIMIT beside its error", i, st)
+		}
+	}
+	if len(checker.calls) != 1 {
+		t.Fatalf("checker calls = %d, want 1", len(checker.calls))
+	}
+	got := checker.calls[0]
+	if len(got) != 3 || got[0].Rule.Algorithm != limit.TokenBucket || got[1].Rule.Algorithm != limit.SlidingLog ||
+		got[1].Rule.Behavior != limit.Reset || got[2].Rule.Algorithm != limit.FixedWindow {
+		t.Errorf("checks decided = %+v, want k1 TOKEN_BUCKET, k3 SLIDING_LOG with RESET, k5 FIXED_WINDOW", got)
+	}
+}
+
+// FuzzDecodeRequest: any body decodes or fails with an error, never a
+// panic, and the items it fails for their enum names are items of the
+// request.
+func FuzzDecodeRequest(f *testing.F) {
+	for _, seed := range []string{``, `{}`, `{"requests":[]}`, `{"requests":[{"algorithm":"gcra"}]}`,
+		`{"requests":[{"algorithm":"token_bucket","behavior":"Reset"},{"calendar":"x"}]}`,
+		`{"x":[{"algorithm":"y"}],"requests":[{"algorithm":{"a":1}}]}`, `{"requests":[{"algorithm":"\u0047CRA"}]}`} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		var req pb.GetRateLimitsRequest
+		bad, err := decodeRequest(body, &req)
+		if err != nil {
+			return
+		}
+		for _, b := range bad {
+			if b.item < 0 || b.item >= len(req.GetRequests()) {
+				t.Fatalf("bad enum at item %d of %d", b.item, len(req.GetRequests()))
+			}
+		}
+	})
+}

@@ -3,7 +3,6 @@ package transport
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"google.golang.org/grpc"
@@ -143,15 +142,16 @@ func (c *BatchClient) WatchMembers(ctx context.Context, update func(Membership))
 			update(membershipFromPB(u))
 		}
 	}
+	call := "watch " + c.pc.addr
 	switch {
 	case c.pc.closing.Err() != nil:
-		return fmt.Errorf("transport: watch %s: %w", c.pc.addr, ErrClosed)
+		return callFailed(call, ErrClosed, nil)
 	case ctx.Err() != nil:
-		return fmt.Errorf("transport: watch %s: %w", c.pc.addr, ctx.Err())
+		return callFailed(call, nil, ctx.Err())
 	case status.Code(err) == codes.Unimplemented:
-		return fmt.Errorf("transport: watch %s: %w", c.pc.addr, ErrNoCluster)
+		return callFailed(call, ErrNoCluster, nil)
 	case status.Code(err) == codes.Unavailable:
-		return fmt.Errorf("transport: watch %s: %w: %w", c.pc.addr, ErrUnavailable, err)
+		return callFailed(call, ErrUnavailable, err)
 	}
-	return fmt.Errorf("transport: watch %s: %w", c.pc.addr, err)
+	return callFailed(call, nil, err)
 }

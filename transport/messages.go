@@ -32,7 +32,7 @@ type wireReply interface {
 	decode(data []byte) error
 }
 
-// DefaultMaxBatch is the default bound on items per call (DESIGN §3).
+// DefaultMaxBatch is the default bound on items per call (--max-batch).
 const DefaultMaxBatch = 1000
 
 // checkBatch is the request of the two services, as the server decoded it.

@@ -73,6 +73,7 @@ const (
 	outcomeUnder = iota
 	outcomeOver
 	outcomeError
+	outcomePeek // hits 0: answered, nothing taken
 	numOutcomes
 )
 
@@ -96,7 +97,7 @@ const (
 var (
 	apiNames     = [numAPIs]string{"grpc", "http", "gubernator_grpc", "gubernator_http"}
 	methodNames  = [numMethods]string{"GetRateLimits", "ForwardRateLimits"}
-	outcomeNames = [numOutcomes]string{"under_limit", "over_limit", "error"}
+	outcomeNames = [numOutcomes]string{"under_limit", "over_limit", "error", "peek"}
 	peerErrNames = [numPeerErrors]string{"timeout", "unavailable", "closed", "other", "overloaded"}
 )
 
@@ -117,7 +118,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}, []string{"api", "method"})
 	checks := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "shardlimiter", Subsystem: "server", Name: "checks_total",
-		Help: "Checks answered, by algorithm and outcome (under_limit, over_limit, error).",
+		Help: "Checks answered, by algorithm and outcome (under_limit, over_limit, error, peek: hits 0, which takes nothing; a caller that only ever peeks is never limited).",
 	}, []string{"algorithm", "outcome"})
 	itemErrors := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "shardlimiter", Subsystem: "server", Name: "item_errors_total",
@@ -278,12 +279,15 @@ type tally struct {
 	errors [numReasonLabels]uint32
 }
 
-func (t *tally) item(alg limit.Algorithm, r *limit.Result) {
+// item counts one answered item; hits is the item's (0 is a peek).
+func (t *tally) item(alg limit.Algorithm, hits int64, r *limit.Result) {
 	a := int(alg)
 	if a >= algorithmUnknown {
 		a = algorithmUnknown
 	}
 	switch {
+	case r.Error == "" && hits == 0:
+		t.checks[a][outcomePeek]++
 	case r.Error != "":
 		t.checks[a][outcomeError]++
 		reason := int(r.Reason)

@@ -55,7 +55,8 @@ func TestMetricsAtTheBoundary(t *testing.T) {
 	rpc := pb.NewRateLimiterClient(dialConn(t, target, dialer))
 	reqs := []*pb.RateLimitRequest{wireReq("a", 1, nil), wireReq("b", 20, nil),
 		wireReq("c", 1, func(r *pb.RateLimitRequest) { r.DurationMs = 0 }),
-		wireReq("d", 1, func(r *pb.RateLimitRequest) { r.Algorithm = 42 })}
+		wireReq("d", 1, func(r *pb.RateLimitRequest) { r.Algorithm = 42 }),
+		wireReq("e", 0, nil)} // a peek
 	if _, err := rpc.GetRateLimits(ctxTimeout(t), &pb.GetRateLimitsRequest{Requests: reqs}); err != nil {
 		t.Fatalf("GetRateLimits = %v", err)
 	}
@@ -71,6 +72,8 @@ func TestMetricsAtTheBoundary(t *testing.T) {
 		sum    float64 // histograms only
 	}{
 		{"shardlimiter_server_checks_total", []string{"algorithm", "TOKEN_BUCKET", "outcome", "under_limit"}, 1, 0},
+		{"shardlimiter_server_checks_total", []string{"algorithm", "TOKEN_BUCKET", "outcome", "peek"}, 1, 0},
+		{"shardlimiter_server_checks_total", []string{"algorithm", "FIXED_WINDOW", "outcome", "peek"}, 0, 0},
 		{"shardlimiter_server_checks_total", []string{"algorithm", "TOKEN_BUCKET", "outcome", "over_limit"}, 1, 0},
 		{"shardlimiter_server_checks_total", []string{"algorithm", "TOKEN_BUCKET", "outcome", "error"}, 2, 0}, // gRPC c + HTTP {"limit":"5"}
 		{"shardlimiter_server_checks_total", []string{"algorithm", "unknown", "outcome", "error"}, 1, 0},
@@ -81,7 +84,7 @@ func TestMetricsAtTheBoundary(t *testing.T) {
 		{"shardlimiter_server_request_duration_seconds", []string{"api", "grpc", "method", "GetRateLimits", "code", codes.InvalidArgument.String()}, 1, -1},
 		{"shardlimiter_server_request_duration_seconds", []string{"api", "http", "code", "200"}, 1, -1},
 		{"shardlimiter_server_request_duration_seconds", []string{"api", "http", "code", "400"}, 1, -1},
-		{"shardlimiter_server_batch_size_items", []string{"api", "grpc", "method", "GetRateLimits"}, 2, 12},
+		{"shardlimiter_server_batch_size_items", []string{"api", "grpc", "method", "GetRateLimits"}, 2, 15},
 		{"shardlimiter_server_batch_size_items", []string{"api", "http"}, 1, 1},
 	}
 	for _, tt := range tests {
@@ -137,6 +140,22 @@ func TestMetricNames(t *testing.T) {
 
 // The pre-bound series cover every algorithm of limit plus "unknown", and
 // every reason.
+// A peek (hits 0) is counted apart from the checks that take, so that a
+// dashboard shows a caller that never takes anything; a peek that fails is
+// an error like any other item.
+func TestPeeksCountedApart(t *testing.T) {
+	t.Parallel()
+	var tl tally
+	tl.item(limit.FixedWindow, 0, &limit.Result{Decision: limit.Decision{Allowed: true}})
+	tl.item(limit.FixedWindow, 0, &limit.Result{}) // a peek at a key over its limit
+	tl.item(limit.FixedWindow, 0, &limit.Result{Error: "x", Reason: limit.Invalid})
+	tl.item(limit.FixedWindow, 2, &limit.Result{Decision: limit.Decision{Allowed: true}})
+	got := tl.checks[limit.FixedWindow]
+	if got[outcomePeek] != 2 || got[outcomeError] != 1 || got[outcomeUnder] != 1 || got[outcomeOver] != 0 {
+		t.Errorf("outcomes = %v (under, over, error, peek), want [1 0 1 2]", got)
+	}
+}
+
 func TestMetricLabelsCoverLimit(t *testing.T) {
 	t.Parallel()
 	if n := len(limit.Algorithms()) + len(limit.GubernatorAlgorithms()); n != numAlgorithmLabels-1 {
@@ -146,7 +165,7 @@ func TestMetricLabelsCoverLimit(t *testing.T) {
 		t.Errorf("limit has %d reasons, metrics %d", n, numReasonLabels)
 	}
 	var tl tally
-	tl.item(wire.UnknownAlgorithm, &limit.Result{Error: "x", Reason: limit.Invalid})
+	tl.item(wire.UnknownAlgorithm, 1, &limit.Result{Error: "x", Reason: limit.Invalid})
 	if tl.checks[algorithmUnknown][outcomeError] != 1 {
 		t.Errorf("an item of wire.UnknownAlgorithm is not counted as algorithm \"unknown\"")
 	}
@@ -158,7 +177,7 @@ func TestMetricsNil(t *testing.T) {
 	for _, m := range []*Metrics{nil, NewMetrics(nil)} {
 		var tl tally
 		r := limit.Result{Error: "x", Reason: limit.Reason(200)}
-		tl.item(limit.Algorithm(77), &r)
+		tl.item(limit.Algorithm(77), 1, &r)
 		m.add(&tl)
 		m.observeGRPC(methodGet, codes.OK, 3, time.Millisecond)
 		m.observeHTTP(413, -1, time.Millisecond)

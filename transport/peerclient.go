@@ -225,9 +225,23 @@ func (c *PeerClient) Close() error {
 	return c.closeErr
 }
 
-// wrap names the owner in err.
+// call names what this client asks of whom, for its errors: a forward to
+// the owner, or (a BatchClient) a call of the node's client API.
+func (c *PeerClient) call() string {
+	if c.api {
+		return c.addr
+	}
+	return "forward to " + c.addr
+}
+
+// wrap names the call in err.
 func (c *PeerClient) wrap(err error) error {
-	return fmt.Errorf("transport: forward to %s: %w", c.addr, err)
+	for _, kind := range []error{ErrClosed, ErrShuttingDown, ErrUnavailable, ErrTimeout, ErrOverloaded} {
+		if err == kind {
+			return callFailed(c.call(), kind, nil)
+		}
+	}
+	return callFailed(c.call(), nil, err)
 }
 
 // classify turns a failed RPC into the error its checks are answered with,
@@ -241,14 +255,14 @@ func (c *PeerClient) classify(parent context.Context, err error) (int, error) {
 	}
 	switch status.Code(err) {
 	case codes.DeadlineExceeded:
-		return peerErrTimeout, fmt.Errorf("transport: forward to %s: %w: %w", c.addr, ErrTimeout, err)
+		return peerErrTimeout, callFailed(c.call(), ErrTimeout, err)
 	case codes.Unavailable:
-		return peerErrUnavailable, fmt.Errorf("transport: forward to %s: %w: %w", c.addr, ErrUnavailable, err)
+		return peerErrUnavailable, callFailed(c.call(), ErrUnavailable, err)
 	}
 	if IsShed(err) {
 		// The owner shed the call: nothing was decided there, so the
 		// checks follow the fail policy, but the owner is not down.
-		return peerErrOverloaded, fmt.Errorf("transport: forward to %s: %w: %w", c.addr, ErrOverloaded, err)
+		return peerErrOverloaded, callFailed(c.call(), ErrOverloaded, err)
 	}
 	return peerErrOther, c.wrap(err)
 }

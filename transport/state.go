@@ -199,16 +199,17 @@ func (c *StateClient) classify(err error) error {
 	if err == nil {
 		return nil
 	}
+	call := "state " + c.addr
 	switch status.Code(err) {
 	case codes.Unavailable:
-		return fmt.Errorf("transport: state %s: %w: %w", c.addr, ErrUnavailable, err)
+		return callFailed(call, ErrUnavailable, err)
 	case codes.DeadlineExceeded:
-		return fmt.Errorf("transport: state %s: %w: %w", c.addr, ErrTimeout, err)
+		return callFailed(call, ErrTimeout, err)
 	}
 	if IsShed(err) {
-		return fmt.Errorf("transport: state %s: %w: %w", c.addr, ErrOverloaded, err)
+		return callFailed(call, ErrOverloaded, err)
 	}
-	return fmt.Errorf("transport: state %s: %w", c.addr, err)
+	return callFailed(call, nil, err)
 }
 
 // Close closes the connection.

@@ -15,7 +15,11 @@
 // nothing. Rejected hits consume nothing unless the rule has
 // limit.CountRejected; then they are counted as if admitted, so a client
 // that keeps hammering stays out, but never beyond Limit: a window's count
-// stops at Limit, the log keeps the newest Limit hits. limit.Reset
+// stops at Limit, the log keeps the newest Limit hits. Under
+// limit.Overdraft every hit counts, past Limit (a window's count up to
+// Limit + MaxHits, the log its newest Limit+1 hits, which decide exactly
+// whether it is over), and a peek asks only whether the key is over its
+// limit: it is refused while the count exceeds Limit. limit.Reset
 // forgets the key's state before the check. hits > Limit can never be
 // admitted: RetryAfter is limit.Never. Otherwise a rejection's RetryAfter
 // is exact: retried after exactly RetryAfter (nothing else counted

@@ -25,7 +25,7 @@ func decideFixed(c cell, now int64, r limit.Rule, hits int64) (cell, limit.Decis
 		end, count = c.calendarAt(now, r.Calendar, g)
 	}
 	before := count
-	ask := max(hits, 1) // a peek answers as a check of one hit would
+	ask := peekAsk(hits, r.Behavior)
 	d := limit.Decision{ResetAt: end}
 	switch {
 	case ask <= lim-count:
@@ -37,10 +37,8 @@ func decideFixed(c cell, now int64, r limit.Rule, hits int64) (cell, limit.Decis
 		// The next window starts empty, so any hits ≤ Limit fit then.
 		d.RetryAfter = time.Duration(end - now)
 	}
-	if !d.Allowed && hits > 0 && r.Behavior.Has(limit.CountRejected) {
-		// Rejected hits count too, up to the limit: a count at the limit
-		// already rejects everything until the window ends.
-		count = max(count, min(count+hits, lim))
+	if !d.Allowed && hits > 0 {
+		count = countRejected(count, hits, lim, r.Behavior)
 	}
 	d.Remaining = max(lim-count, 0)
 	if count != before {

@@ -118,3 +118,29 @@ func TestFixedClockBackwards(t *testing.T) {
 		{at: "end1+1s", now: end1 + sec, hits: 1, want: ok(8, maxEnd)},
 	})
 }
+
+// TestFixedOverdraft: envoyproxy/ratelimit's counting. Every hit counts and
+// the count may pass the limit; a peek is refused only when the count is
+// already over the limit (token quotas check with 0 hits, then report the
+// use).
+func TestFixedOverdraft(t *testing.T) {
+	t.Parallel()
+	quota := with(perMinute, func(r *limit.Rule) { r.Behavior = limit.Overdraft })
+	runSteps(t, fixedImpls(), perMinute, []step{
+		{at: "t0", now: t0, hits: 10, rule: quota, want: ok(0, end0)},
+		// At the limit, not over it: a 0-hit check passes.
+		{at: "t0+1s", now: t0 + sec, hits: 0, rule: quota, want: ok(0, end0)},
+		// A plain peek answers as one hit would.
+		{at: "t0+1s", now: t0 + sec, hits: 0, want: no(0, end0, 59*time.Second)},
+		// A report over the limit is refused and counted in full...
+		{at: "t0+2s", now: t0 + 2*sec, hits: 3, rule: quota, want: no(0, end0, 58*time.Second)},
+		// ...so the next 0-hit check is refused until the window ends.
+		{at: "t0+3s", now: t0 + 3*sec, hits: 0, rule: quota, want: no(0, end0, 57*time.Second)},
+		{at: "end0", now: end0, hits: 0, rule: quota, want: ok(10, end1)},
+		// Over by the hits of one check: 13 of 10 after 9 + 4.
+		{at: "end0", now: end0, hits: 9, rule: quota, want: ok(1, end1)},
+		{at: "end0", now: end0, hits: 4, rule: quota, want: no(0, end1, time.Minute)},
+		{at: "end0+1s", now: end0 + sec, hits: 11, rule: quota, want: no(0, end1, limit.Never)},
+		{at: "end0+1s", now: end0 + sec, hits: 0, rule: quota, want: no(0, end1, 59*time.Second)},
+	})
+}

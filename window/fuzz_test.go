@@ -46,6 +46,12 @@ func fuzzTakes(t *testing.T, opt, ref limit.Limiter, r limit.Rule, start int64, 
 		if flags&2 != 0 {
 			rule.Behavior |= limit.CountRejected
 		}
+		if o := rule; flags&64 != 0 {
+			o.Behavior |= limit.Overdraft
+			if o.Validate() == nil { // a SLIDING_LOG at MaxLogLimit refuses it
+				rule = o
+			}
+		}
 		if flags&8 == 0 {
 			hits %= rule.Limit + 2
 		}

@@ -58,10 +58,17 @@ func (s *logState) take(now int64, r limit.Rule, hits int64) limit.Decision {
 	p, lim, mi := int64(r.Period), r.Limit, int64(r.MinInterval)
 	k := s.firstAfter(at - p) // the oldest counted run
 	n := s.hitsFrom(k)        // the counted hits
-	ask := max(hits, 1)       // a peek answers as a check of one hit would
+	ask := peekAsk(hits, r.Behavior)
 	d := limit.Decision{Allowed: ask <= lim-n && (s.idleAt == 0 || at-s.last() >= mi)}
-	if hits > 0 && (d.Allowed || r.Behavior.Has(limit.CountRejected)) {
-		s.record(at, min(hits, lim), k, max(lim, n), max(p, mi))
+	if hits > 0 && (d.Allowed || r.Behavior&(limit.CountRejected|limit.Overdraft) != 0) {
+		// The newest keep hits decide every later take exactly: Limit of
+		// them reject everything, and under Overdraft Limit+1 of them
+		// tell that the key is over.
+		keep := lim
+		if r.Behavior.Has(limit.Overdraft) {
+			keep = lim + 1
+		}
+		s.record(at, min(hits, keep), k, max(keep, n), max(p, mi))
 		k, n = 0, s.hitsFrom(0)
 	}
 	d.Remaining = max(lim-n, 0)

@@ -146,3 +146,20 @@ func TestLogMemoryBounded(t *testing.T) {
 		t.Fatalf("hammered key: peek = %+v, want full", d)
 	}
 }
+
+// TestLogOverdraft: rejected hits are recorded too, and the log keeps the
+// newest Limit+1 hits, enough to tell that the key is over its limit.
+func TestLogOverdraft(t *testing.T) {
+	t.Parallel()
+	quota := with(logRule, func(r *limit.Rule) { r.Behavior = limit.Overdraft })
+	runSteps(t, logImpls(), logRule, []step{
+		{at: "l0", now: l0, hits: 3, rule: quota, want: ok(0, l0+10*sec)},
+		{at: "l0+1s", now: l0 + sec, hits: 0, rule: quota, want: ok(0, l0+10*sec)},
+		{at: "l0+5s", now: l0 + 5*sec, hits: 2, rule: quota, want: no(0, l0+15*sec, 10*time.Second)},
+		// Over (4 of the 5 hits kept, all within the period) until the
+		// hits of l0 leave.
+		{at: "l0+6s", now: l0 + 6*sec, hits: 0, rule: quota, want: no(0, l0+15*sec, 4*time.Second)},
+		{at: "l0+10s", now: l0 + 10*sec, hits: 0, rule: quota, want: ok(1, l0+15*sec)},
+		{at: "l0+10s", now: l0 + 10*sec, hits: 1, rule: quota, want: ok(0, l0+20*sec)},
+	})
+}

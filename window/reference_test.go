@@ -105,7 +105,11 @@ func refFixedTake(s *refWindow, now int64, r limit.Rule, hits int64) limit.Decis
 		end, count = refCalendarLocate(*s, now, p, r.Calendar)
 	}
 	before := count
+	over := r.Behavior.Has(limit.Overdraft)
 	ask := max(hits, 1)
+	if over {
+		ask = hits
+	}
 	d := limit.Decision{ResetAt: end}
 	if count+ask <= lim {
 		d.Allowed = true
@@ -115,7 +119,10 @@ func refFixedTake(s *refWindow, now int64, r limit.Rule, hits int64) limit.Decis
 		if ask > lim {
 			d.RetryAfter = limit.Never
 		}
-		if hits > 0 && r.Behavior.Has(limit.CountRejected) && count < lim {
+		switch {
+		case hits > 0 && over:
+			count = min(count+hits, lim+limit.MaxHits)
+		case hits > 0 && r.Behavior.Has(limit.CountRejected) && count < lim:
 			count = min(count+hits, lim)
 		}
 	}
@@ -130,7 +137,11 @@ func refSlidingTake(s *refWindow, now int64, r limit.Rule, hits int64) limit.Dec
 	p, lim := int64(r.Period), r.Limit
 	end, at, prev, cur := refLocate(*s, now, p)
 	rem := end - at
+	over := r.Behavior.Has(limit.Overdraft)
 	ask := max(hits, 1)
+	if over {
+		ask = hits
+	}
 	// Admit when prev×rem/p + cur + ask ≤ lim, i.e. prev×rem ≤ (lim−cur−ask)×p.
 	fits := func(cur, ask int64) bool {
 		return lim-cur-ask >= 0 && le128(prev, rem, lim-cur-ask, p)
@@ -140,6 +151,8 @@ func refSlidingTake(s *refWindow, now int64, r limit.Rule, hits int64) limit.Dec
 	if fits(cur, ask) {
 		d.Allowed = true
 		cur += hits
+	} else if hits > 0 && over {
+		cur = min(cur+hits, lim+limit.MaxHits)
 	} else if hits > 0 && r.Behavior.Has(limit.CountRejected) && cur < lim {
 		cur = min(cur+hits, lim)
 	}
@@ -262,13 +275,17 @@ func (t *refLog) Take(key string, now int64, r limit.Rule, hits int64) limit.Dec
 		k--
 	}
 	counted := s.times[k:]
-	ask := max(hits, 1)
+	over := r.Behavior.Has(limit.Overdraft)
+	ask, bound := max(hits, 1), lim
+	if over {
+		ask, bound = hits, lim+1
+	}
 	n := int64(len(counted))
 	d := limit.Decision{Allowed: n+ask <= lim && (s.idleAt == 0 || at-s.last >= mi)}
-	if hits > 0 && (d.Allowed || r.Behavior.Has(limit.CountRejected)) {
-		keep := max(lim, n)
+	if hits > 0 && (d.Allowed || over || r.Behavior.Has(limit.CountRejected)) {
+		keep := max(bound, n)
 		times := append(s.times[:0], counted...)
-		for range min(hits, lim) {
+		for range min(hits, bound) {
 			times = append(times, at)
 		}
 		if int64(len(times)) > keep {

@@ -63,8 +63,9 @@ func TestRunsArithmetic(t *testing.T) {
 }
 
 // TestLogRunPerAction: one take is one run, however many hits it carries.
-// The check of issue 12 (1,000 checks of hits = Limit, a 366-day period)
-// now holds 16 bytes per key, not 8 × Limit.
+// A flood of 1,000 checks of hits = Limit over a 366-day period (the
+// memory budget's floods, docs/PERFORMANCE.md "A node-wide byte budget")
+// holds 16 bytes per key, not 8 × Limit.
 func TestLogRunPerAction(t *testing.T) { // not parallel: AllocsPerRun
 	r := limit.Rule{Algorithm: limit.SlidingLog, Limit: limit.MaxLogLimit, Period: limit.MaxPeriod}
 	var s logState

@@ -27,13 +27,13 @@ func decideSliding(c cell, now int64, r limit.Rule, hits int64) (cell, limit.Dec
 	end, at, prev, cur := c.at(now, p, g)
 	weighted := wide.MulDivCeil(prev, end-at, p) // ≤ prev
 	before := cur
-	ask := max(hits, 1) // a peek answers as a check of one hit would
+	ask := peekAsk(hits, r.Behavior)
 	var d limit.Decision
 	if ask <= lim-weighted-cur {
 		d.Allowed = true
 		cur += hits
-	} else if hits > 0 && r.Behavior.Has(limit.CountRejected) {
-		cur = max(cur, min(cur+hits, lim))
+	} else if hits > 0 {
+		cur = countRejected(cur, hits, lim, r.Behavior)
 	}
 	d.Remaining = max(lim-weighted-cur, 0)
 	d.ResetAt = now

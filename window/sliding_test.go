@@ -112,3 +112,20 @@ func TestSlidingRuleChange(t *testing.T) {
 		{at: "t0+4s", now: t0 + 4*sec, hits: 1, rule: with(slidingMinute, func(r *limit.Rule) { r.Period = time.Hour }), want: ok(9, hourEnd+int64(time.Hour))},
 	})
 }
+
+// TestSlidingOverdraft: every hit counts, past the limit, and the excess
+// weighs on the next window as any count does; a peek is refused only
+// while the estimate is over the limit.
+func TestSlidingOverdraft(t *testing.T) {
+	t.Parallel()
+	quota := with(slidingMinute, func(r *limit.Rule) { r.Behavior = limit.Overdraft })
+	runSteps(t, slidingImpls(), slidingMinute, []step{
+		{at: "t0", now: t0, hits: 10, rule: quota, want: ok(0, end1)},
+		{at: "t0+1s", now: t0 + sec, hits: 0, rule: quota, want: ok(0, end1)},
+		// 15 counted: over until 15×(end1−t)/60s ≤ 10, at end0+20s.
+		{at: "t0+1s", now: t0 + sec, hits: 5, rule: quota, want: no(0, end1, 99*time.Second)},
+		{at: "t0+2s", now: t0 + 2*sec, hits: 0, rule: quota, want: no(0, end1, 78*time.Second)},
+		{at: "end0+20s-1ns", now: end0 + 20*sec - 1, hits: 0, rule: quota, want: no(0, end1, 1)},
+		{at: "end0+20s", now: end0 + 20*sec, hits: 0, rule: quota, want: ok(0, end1)},
+	})
+}

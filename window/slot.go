@@ -113,3 +113,32 @@ func (c cell) windowEnd(end, p int64) int64 {
 	}
 	return (lo + p - 1) / p * p
 }
+
+// peekAsk is the hits a take of hits is decided as: hits itself, except
+// that a peek (0 hits) answers as a check of one hit would, or under
+// limit.Overdraft asks only whether the key is over its limit.
+func peekAsk(hits int64, b limit.Behavior) int64 {
+	if hits == 0 && !b.Has(limit.Overdraft) {
+		return 1
+	}
+	return hits
+}
+
+// maxCount bounds a window's count: Limit + MaxHits, reached only under
+// limit.Overdraft.
+const maxCount = limit.MaxLimit + limit.MaxHits
+
+// countRejected is a window's count after hits that were rejected at
+// count under limit lim and behavior b: unchanged, unless b counts them.
+// CountRejected counts them up to the limit (a count at the limit already
+// rejects everything until the window ends); Overdraft counts them in
+// full, up to maxCount.
+func countRejected(count, hits, lim int64, b limit.Behavior) int64 {
+	switch {
+	case b.Has(limit.Overdraft):
+		return max(count, min(count+hits, maxCount))
+	case b.Has(limit.CountRejected):
+		return max(count, min(count+hits, lim))
+	}
+	return count
+}

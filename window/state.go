@@ -96,7 +96,7 @@ func encodeCell(kind limit.Algorithm, c cell) []byte {
 
 // decodeCell decodes a cell of the given kind and checks that a take can
 // start from it: a slot exponent of some valid period, a slot a take can
-// reach, counts up to limit.MaxLimit, and something counted.
+// reach, counts up to maxCount, and something counted.
 func decodeCell(b []byte, kind limit.Algorithm) (cell, error) {
 	r := reader{b: b}
 	if v, k := r.byte(), r.byte(); r.err != nil || v != stateVersion || k != byte(kind) {
@@ -114,7 +114,7 @@ func decodeCell(b []byte, kind limit.Algorithm) (cell, error) {
 	switch {
 	case g > maxSlotExp || slot > uint64(maxSlot(int64(g))):
 		return cell{}, fmt.Errorf("%w: slot %d at exponent %d", errState, slot, g)
-	case prev > limit.MaxLimit || cur > limit.MaxLimit || prev == 0 && cur == 0:
+	case prev > maxCount || cur > maxCount || prev == 0 && cur == 0:
 		return cell{}, fmt.Errorf("%w: counts %d, %d", errState, prev, cur)
 	}
 	return cell{g: int64(g), slot: int64(slot), prev: int64(prev), cur: int64(cur)}, nil

@@ -66,10 +66,10 @@ func TestDecodeCellRejects(t *testing.T) {
 		{"overlong varint", []byte{1, byte(limit.FixedWindow), 0x9d, 0x00, 1, 5}},
 		{"slot exponent 50", fixed(cell{g: 50, slot: 1, cur: 5})},
 		{"slot past MaxTime", fixed(cell{g: 29, slot: maxSlot(29) + 1, cur: 5})},
-		{"count over MaxLimit", fixed(cell{g: 29, slot: 1, cur: limit.MaxLimit + 1})},
+		{"count over maxCount", fixed(cell{g: 29, slot: 1, cur: maxCount + 1})},
 		{"nothing counted", fixed(cell{g: 29, slot: 1})},
 		{"sliding: nothing counted", encodeCell(limit.SlidingWindow, cell{g: 29, slot: 1})},
-		{"sliding: prev over MaxLimit", encodeCell(limit.SlidingWindow, cell{g: 29, slot: 1, prev: limit.MaxLimit + 1, cur: 1})},
+		{"sliding: prev over maxCount", encodeCell(limit.SlidingWindow, cell{g: 29, slot: 1, prev: maxCount + 1, cur: 1})},
 	} {
 		kind := limit.FixedWindow
 		if len(c.name) > 8 && c.name[:8] == "sliding:" {

@@ -74,11 +74,18 @@ func freeGossipPort(t testing.TB, hosts ...string) int {
 // printed its serving line. Its stderr is kept, and shown if the test fails.
 func startProc(t testing.TB, bin, host string, gossipPort int, join string, extra ...string) *proc {
 	t.Helper()
-	p := &proc{name: "node-" + host, stderr: &syncBuffer{}}
-	p.cmd = exec.Command(bin, append([]string{
+	return startArgs(t, bin, "node-"+host, append([]string{
 		"--http-addr", host + ":0", "--grpc-addr", host + ":0", "--peer-addr", host + ":0",
 		"--gossip-addr", net.JoinHostPort(host, strconv.Itoa(gossipPort)),
-		"--node-name", p.name, "--join", join, "--log-level", "warn", "--shutdown-grace", "0s"}, extra...)...)
+		"--node-name", "node-" + host, "--join", join, "--log-level", "warn", "--shutdown-grace", "0s"}, extra...))
+}
+
+// startArgs starts the binary with args as its whole command line; see
+// startProc.
+func startArgs(t testing.TB, bin, name string, args []string) *proc {
+	t.Helper()
+	p := &proc{name: name, stderr: &syncBuffer{}}
+	p.cmd = exec.Command(bin, args...)
 	p.cmd.Stderr = p.stderr
 	stdout, err := p.cmd.StdoutPipe()
 	if err != nil {
@@ -232,7 +239,7 @@ func TestThreeProcessesOnDistinctAddresses(t *testing.T) {
 // L per hour keep their counts through every restart, because a leaving
 // node hands its keys to their new owners and a joining one takes its keys
 // with their state. Before handoff, each restart reset a third of the keys.
-// The bar (the issue's for graceful churn) is 1% over the exact bound.
+// The bar for graceful churn is 1% over the exact bound.
 func TestRollingRestartKeepsCounts(t *testing.T) {
 	if testing.Short() {
 		t.Skip("restarts real processes")
@@ -318,7 +325,7 @@ func TestRollingRestartKeepsCounts(t *testing.T) {
 	for range perKey / 3 {
 		round(-1)
 	}
-	// The bar of the issue for graceful churn: at most 1% over the exact
+	// The bar for graceful churn: at most 1% over the exact
 	// bound (keys × L) in all. Keys over their own limit are listed.
 	total, over := 0, 0
 	for k, n := range admitted {

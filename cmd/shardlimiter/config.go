@@ -42,6 +42,9 @@ type config struct {
 	peerTimeout   time.Duration
 	replication   time.Duration
 	handoff       time.Duration
+	stateDir      string        // empty: state in memory only
+	snapshotEvery time.Duration // with stateDir
+	snapshotName  string        // empty: the node name
 	pprof         bool
 	rls           rlsConfig
 	maxInflight   int64  // client checks in flight; 0 = no bound
@@ -68,7 +71,7 @@ func newFlagSet(name string, out io.Writer) (*flag.FlagSet, map[string]*string) 
 	}
 	def("http-addr", ":8080", "HTTP listen address: JSON API, /healthz, /readyz, /metrics, /v1/cluster")
 	def("grpc-addr", ":8081", "gRPC listen address: the client API (RateLimiter, health, reflection)")
-	def("peer-addr", ":8082", "gRPC listen address for other nodes only: forwarded checks and state transfer (Peers, State)")
+	def("peer-addr", "", "gRPC listen address for other nodes only: forwarded checks and state transfer (Peers, State); default: the --grpc-addr host, port "+defaultPeerPort+" (:"+defaultPeerPort+" when --grpc-addr names no host)")
 	def("health-addr", "", "optional plain-HTTP listen address serving only /healthz and /readyz, for kubelet probes when the HTTP API uses TLS; empty = none")
 	def("gubernator-http-addr", "", "optional HTTP listen address of gubernator's gateway (POST /v1/GetRateLimits, GET /v1/HealthCheck, GET /v1/LiveCheck; docs/GUBERNATOR.md); empty = none. Its gRPC API, pb.gubernator.V1, is always on --grpc-addr")
 	def("gossip-addr", ":7946", "gossip (memberlist) listen address, TCP and UDP")
@@ -91,15 +94,24 @@ func newFlagSet(name string, out io.Writer) (*flag.FlagSet, map[string]*string) 
 	def("peer-timeout", "1s", "deadline of one forwarding RPC to a peer")
 	def("replication-interval", "100ms", "how often changed keys are sent to the node that would own them next, so a crash loses at most this much of each key's hits; 0 turns replication off")
 	def("handoff-timeout", "5s", "on SIGTERM: how long to wait for the new owners to take this node's keys before exiting anyway")
+	def("state-dir", "", "directory of this node's snapshot file (named after --node-name, so nodes may share it): key states are written there every --snapshot-interval and at stop, and merged back at start, so counts survive a stop of every node; empty = memory only")
+	def("snapshot-name", "", "with --state-dir: the name of this node's snapshot file; give the processes that replace each other on one host the same name (in Kubernetes, the node's name) so that each finds its predecessor's file; default: --node-name")
+	def("snapshot-interval", "10s", "with --state-dir: how often the snapshot is written when something changed; a crash of every node loses at most this much of each key's hits")
 	def("max-inflight", "auto", "most client checks (gRPC and HTTP, weighted by batch size) in progress at once; a call past it is refused at once with RESOURCE_EXHAUSTED / HTTP 429 and a retry delay; auto = 8 × GOMAXPROCS × --max-batch; 0 = no bound")
 	def("max-peer-inflight", "auto", "most forwarded checks and state keys in progress at once on the peer listener, a bound of its own so client floods cannot starve owners; auto = 2 × the automatic --max-inflight; 0 = no bound")
 	def("max-memory", "auto", "the node's memory budget: 512MiB, 2GiB, 1G (10^9) or plain bytes; the tables keep within a share of it and the Go runtime collects before it is reached (unless GOMEMLIMIT is set); auto = the cgroup memory limit, else 2GiB; the Go runtime's soft limit is 90% of it, the tables' byte budget half")
 	def("read-timeout", "15s", "HTTP: longest time to read a whole request, headers and body; a stalled upload is closed after it")
 	def("idle-timeout", "60s", "HTTP keep-alive and client gRPC connections with no request in progress are closed after this long")
 	def("config", "", "comma-separated rules files or directories (envoyproxy/ratelimit's YAML; docs/RULES.md), reloaded when they change; empty = no rules")
+	def("rls-headers-format", "ietf", "Envoy rate-limit service, with --rls-headers: ietf (RateLimit and RateLimit-Policy, draft-ietf-httpapi-ratelimit-headers-11) or ratelimit (envoyproxy/ratelimit's RateLimit-Limit, RateLimit-Remaining, RateLimit-Reset)")
+	def("rls-header-limit", "RateLimit-Limit", "Envoy rate-limit service: name of the limit header of --rls-headers-format ratelimit")
+	def("rls-header-remaining", "RateLimit-Remaining", "Envoy rate-limit service: name of the remaining header of --rls-headers-format ratelimit")
+	def("rls-header-reset", "RateLimit-Reset", "Envoy rate-limit service: name of the reset header of --rls-headers-format ratelimit")
 	for name, usage := range map[string]string{
-		"shadow-mode": "Envoy rate-limit service: count and report every rule, but always answer OK",
-		"rls-headers": "Envoy rate-limit service: add the IETF RateLimit and RateLimit-Policy response headers",
+		"shadow-mode":                        "Envoy rate-limit service: count and report every rule, but always answer OK",
+		"rls-headers":                        "Envoy rate-limit service: add rate-limit response headers for the descriptor closest to its limit (format: --rls-headers-format)",
+		"rls-stop-increment-when-over-limit": "Envoy rate-limit service: count only the hits a descriptor admits (envoyproxy/ratelimit's STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT); by default every hit counts, past the limit",
+		"rls-dynamic-metadata":               "Envoy rate-limit service: return envoyproxy/ratelimit's dynamic metadata (domain, descriptors, hitsAddend, the metadata of the rules that passed), as its RESPONSE_DYNAMIC_METADATA",
 	} {
 		b := boolString("false")
 		raw[name] = (*string)(&b)
@@ -109,7 +121,10 @@ func newFlagSet(name string, out io.Writer) (*flag.FlagSet, map[string]*string) 
 	raw["pprof"] = (*string)(&pprof)
 	fs.Var(&pprof, "pprof", "serve Go profiles at /debug/pprof/ on the HTTP address, for operators profiling a node (env "+envName("pprof")+")")
 	fs.Usage = func() {
-		fmt.Fprintf(out, "Usage: %s [flags]\n       %s check [flags]   (a one-off check against a server; see %s check -h)\n\nEvery flag can also be set by its environment variable.\n\nFlags:\n", name, name, name)
+		fmt.Fprintf(out, "Usage: %[1]s [flags]                  (run a node)\n"+
+			"       %[1]s check [flags]            (a one-off check against a server; see %[1]s check -h)\n"+
+			"       %[1]s config check FILE|DIR…   (validate rules files without a server)\n"+
+			"\nEvery flag can also be set by its environment variable.\n\nFlags:\n", name)
 		fs.PrintDefaults()
 	}
 	return fs, raw
@@ -127,18 +142,27 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (conf
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	fromEnv := map[string]bool{}
 	for name := range raw {
 		if v := getenv(envName(name)); v != "" && !set[name] {
 			*raw[name] = v
+			fromEnv[name] = true
 		}
 	}
-	return validate(raw)
+	return validate(raw, fromEnv)
 }
 
-func validate(raw map[string]*string) (config, error) {
+// validate checks the raw values; fromEnv names the flags whose value came
+// from their environment variable, so that an error names what the
+// operator wrote (SHARDLIMITER_MAX_BATCH, not --max-batch).
+func validate(raw map[string]*string, fromEnv map[string]bool) (config, error) {
 	var errs []error
 	bad := func(name, format string, a ...any) {
-		errs = append(errs, fmt.Errorf("--%s: %s", name, fmt.Sprintf(format, a...)))
+		where := "--" + name
+		if fromEnv[name] {
+			where = envName(name)
+		}
+		errs = append(errs, fmt.Errorf("%s: %s", where, fmt.Sprintf(format, a...)))
 	}
 	c := config{
 		httpAddr:      *raw["http-addr"],
@@ -153,6 +177,10 @@ func validate(raw map[string]*string) (config, error) {
 		advertiseAddr: *raw["advertise-addr"],
 		nodeName:      *raw["node-name"],
 		logFormat:     *raw["log-format"],
+	}
+	if c.peerAddr == "" {
+		c.peerAddr = defaultPeerAddr(c.grpcAddr)
+		*raw["peer-addr"] = c.peerAddr
 	}
 	addrs := []string{"http-addr", "grpc-addr", "peer-addr", "gossip-addr"}
 	if c.healthAddr != "" {
@@ -204,6 +232,10 @@ func validate(raw map[string]*string) (config, error) {
 	if c.handoff, err = time.ParseDuration(*raw["handoff-timeout"]); err != nil || c.handoff <= 0 {
 		bad("handoff-timeout", "want a positive duration like 5s, got %q", *raw["handoff-timeout"])
 	}
+	c.stateDir, c.snapshotName = *raw["state-dir"], *raw["snapshot-name"]
+	if c.snapshotEvery, err = time.ParseDuration(*raw["snapshot-interval"]); err != nil || c.snapshotEvery <= 0 {
+		bad("snapshot-interval", "want a positive duration like 10s, got %q", *raw["snapshot-interval"])
+	}
 	if p := c.peerTLS; p != (tlsFiles{}) && (p.cert == "" || p.key == "" || p.ca == "") {
 		bad("peer-tls-cert-file", "peer mTLS needs all three of --peer-tls-cert-file, --peer-tls-key-file and --peer-tls-ca-file")
 	}
@@ -212,14 +244,29 @@ func validate(raw map[string]*string) (config, error) {
 	} else if p.ca != "" && p.cert == "" {
 		bad("tls-client-ca-file", "client certificates need TLS: set --tls-cert-file and --tls-key-file too")
 	}
-	if c.rls, err = parseRLS(raw); err != nil {
-		errs = append(errs, err)
-	}
+	c.rls = parseRLS(raw, bad)
 	if c.pprof, err = strconv.ParseBool(*raw["pprof"]); err != nil {
 		bad("pprof", "want true or false, got %q", *raw["pprof"])
 	}
 	validateLimits(raw, &c, bad)
 	return c, errors.Join(errs...)
+}
+
+// defaultPeerPort is the port of the peer listener when --peer-addr is not
+// set.
+const defaultPeerPort = "8082"
+
+// defaultPeerAddr is the peer listener of a node whose --peer-addr is not
+// set: the host of its gRPC address, port 8082. Several nodes started on
+// one machine with distinct hosts (127.0.0.2, 127.0.0.3, …) and only their
+// other addresses given then listen apart, as the advertised addresses
+// already were. A gRPC address that does not parse is reported by validate.
+func defaultPeerAddr(grpcAddr string) string {
+	host, _, err := net.SplitHostPort(grpcAddr)
+	if err != nil {
+		host = ""
+	}
+	return net.JoinHostPort(host, defaultPeerPort)
 }
 
 // newLogger builds the process logger (stderr).

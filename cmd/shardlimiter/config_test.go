@@ -31,7 +31,7 @@ func TestConfigDefaults(t *testing.T) {
 	}
 	if c.httpAddr != ":8080" || c.grpcAddr != ":8081" || c.gossipAddr != ":7946" || c.maxKeys != 1_000_000 ||
 		c.maxBatch != 1000 || c.failPolicy != peer.FailLocal || c.logLevel != slog.LevelInfo ||
-		c.logFormat != "text" || c.shutdownGrace != 5*time.Second || len(c.join) != 0 {
+		c.logFormat != "text" || c.shutdownGrace != 5*time.Second || len(c.join) != 0 || c.peerAddr != ":8082" {
 		t.Fatalf("defaults = %+v", c)
 	}
 }
@@ -54,6 +54,10 @@ func TestConfigFlagsEnvironmentAndPrecedence(t *testing.T) {
 			func(c config) bool { return c.logLevel == slog.LevelDebug && c.logFormat == "json" }},
 		{"node name and advertise", []string{"--node-name", "n1", "--advertise-addr", "10.1.2.3"}, env(),
 			func(c config) bool { return c.nodeName == "n1" && advertiseHost(c) == "10.1.2.3" }},
+		{"state dir", []string{"--snapshot-interval", "3s"}, env("SHARDLIMITER_STATE_DIR", "/var/lib/x", "SHARDLIMITER_SNAPSHOT_NAME", "k8s-node-1"),
+			func(c config) bool {
+				return c.stateDir == "/var/lib/x" && c.snapshotEvery == 3*time.Second && c.snapshotName == "k8s-node-1"
+			}},
 	}
 	for _, tc := range cases {
 		c, err := parseConfig(tc.args, tc.env, &bytes.Buffer{})
@@ -72,15 +76,19 @@ func TestConfigRejectsBadValues(t *testing.T) {
 	}{
 		{[]string{"--http-addr", "8080"}, env(), "--http-addr: want host:port"},
 		{[]string{"--grpc-addr", ":99999"}, env(), "--grpc-addr: bad port"},
-		{nil, env("SHARDLIMITER_MAX_KEYS", "lots"), "--max-keys: want a positive integer"},
+		{nil, env("SHARDLIMITER_MAX_KEYS", "lots"), "SHARDLIMITER_MAX_KEYS: want a positive integer"},
+		{nil, env("SHARDLIMITER_MAX_BATCH", "x"), `SHARDLIMITER_MAX_BATCH: want a positive integer, got "x"`},
+		{nil, env("SHARDLIMITER_SHADOW_MODE", "maybe"), "SHARDLIMITER_SHADOW_MODE: want true or false"},
+		{[]string{"--max-batch", "x"}, env("SHARDLIMITER_MAX_BATCH", "x"), "--max-batch: want a positive integer"},
 		{[]string{"--max-batch", "0"}, env(), "--max-batch: want a positive integer"},
 		{[]string{"--log-level", "loud"}, env(), "--log-level"},
 		{[]string{"--log-format", "xml"}, env(), "--log-format"},
 		{[]string{"--fail-policy", "maybe"}, env(), "--fail-policy: want local, open or closed"},
 		{[]string{"--shutdown-grace", "soon"}, env(), "--shutdown-grace"},
 		{[]string{"--peer-addr", "x"}, env(), "--peer-addr: want host:port"},
+		{[]string{"--snapshot-interval", "0s"}, env(), "--snapshot-interval: want a positive duration"},
 		{[]string{"--health-addr", "8083"}, env(), "--health-addr: want host:port"},
-		{nil, env("SHARDLIMITER_GUBERNATOR_HTTP_ADDR", "9080"), "--gubernator-http-addr: want host:port"},
+		{nil, env("SHARDLIMITER_GUBERNATOR_HTTP_ADDR", "9080"), "SHARDLIMITER_GUBERNATOR_HTTP_ADDR: want host:port"},
 		{[]string{"--peer-tls-cert-file", "a", "--peer-tls-key-file", "b"}, env(), "needs all three"},
 		{[]string{"--tls-cert-file", "a"}, env(), "needs both"},
 		{[]string{"--tls-client-ca-file", "a"}, env(), "client certificates need TLS"},
@@ -91,6 +99,45 @@ func TestConfigRejectsBadValues(t *testing.T) {
 		_, err := parseConfig(tc.args, tc.env, &bytes.Buffer{})
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("parseConfig(%q) error = %v, want %q", tc.args, err, tc.want)
+		}
+	}
+}
+
+// An error names what the operator wrote: the variable when the value came
+// from the environment, the flag otherwise, never the other one.
+func TestConfigErrorsNameTheirSource(t *testing.T) {
+	t.Parallel()
+	_, err := parseConfig(nil, env("SHARDLIMITER_MAX_BATCH", "x"), &bytes.Buffer{})
+	if err == nil || strings.Contains(err.Error(), "--max-batch") {
+		t.Errorf("SHARDLIMITER_MAX_BATCH=x: error = %v, want it to name the variable, not --max-batch", err)
+	}
+	_, err = parseConfig([]string{"--max-batch", "x"}, env(), &bytes.Buffer{})
+	if err == nil || strings.Contains(err.Error(), "SHARDLIMITER_MAX_BATCH") {
+		t.Errorf("--max-batch x: error = %v, want it to name the flag", err)
+	}
+}
+
+// --peer-addr defaults to the host of --grpc-addr with port 8082, so nodes
+// started on distinct loopback hosts with only their other addresses do not
+// all take *:8082.
+func TestPeerAddrDefaultsToTheGRPCHost(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args []string
+		env  func(string) string
+		want string
+	}{
+		{nil, env(), ":8082"},
+		{[]string{"--grpc-addr", "127.0.0.5:8081"}, env(), "127.0.0.5:8082"},
+		{[]string{"--grpc-addr", "127.0.0.5:9000"}, env(), "127.0.0.5:8082"},
+		{[]string{"--grpc-addr", "[::1]:8081"}, env(), "[::1]:8082"},
+		{nil, env("SHARDLIMITER_GRPC_ADDR", "10.0.0.7:8081"), "10.0.0.7:8082"},
+		{[]string{"--grpc-addr", "127.0.0.5:8081", "--peer-addr", "127.0.0.6:9999"}, env(), "127.0.0.6:9999"},
+		{[]string{"--grpc-addr", "127.0.0.5:8081"}, env("SHARDLIMITER_PEER_ADDR", ":7000"), ":7000"},
+	} {
+		c, err := parseConfig(tc.args, tc.env, &bytes.Buffer{})
+		if err != nil || c.peerAddr != tc.want {
+			t.Errorf("parseConfig(%q).peerAddr = %q, %v; want %q", tc.args, c.peerAddr, err, tc.want)
 		}
 	}
 }
@@ -121,6 +168,20 @@ func TestHelpNamesEveryEnvironmentVariable(t *testing.T) {
 			t.Errorf("--help does not pair -%s with %s", f.Name, envName(f.Name))
 		}
 	})
+}
+
+// --help names the subcommands, so that `config check` is found.
+func TestHelpNamesTheSubcommands(t *testing.T) {
+	t.Parallel()
+	var out bytes.Buffer
+	if code := run(context.Background(), []string{"--help"}, env(), &out, &out); code != exitOK {
+		t.Fatalf("--help exit %d", code)
+	}
+	for _, want := range []string{"shardlimiter check [flags]", "shardlimiter config check FILE|DIR"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("--help lacks %q:\n%s", want, out.String())
+		}
+	}
 }
 
 // --advertise-addr may carry the gossip port ("host:port", passed to

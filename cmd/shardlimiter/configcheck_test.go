@@ -33,6 +33,9 @@ func TestConfigCheck(t *testing.T) {
 	dir := t.TempDir()
 	good := writeRules(t, dir, "good.yaml", validRules)
 	other := writeRules(t, dir, "other.yaml", "domain: edge\n")
+	// envoyproxy/ratelimit's example, with the metadata its token quotas
+	// route on: accepted as it is.
+	example := writeRules(t, t.TempDir(), "example.yaml", refExampleRules)
 	bad := writeRules(t, dir, "bad.yaml", "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: fortnight\n      requests_per_unit: 1\n")
 	tests := []struct {
 		args           []string
@@ -40,6 +43,7 @@ func TestConfigCheck(t *testing.T) {
 		stdout, stderr string // substrings
 	}{
 		{[]string{"config", "check", good}, exitOK, "ok: 1 domain (messaging), 1 rule, version ", ""},
+		{[]string{"config", "check", example}, exitOK, "ok: 1 domain (rl), 11 rules", ""},
 		{[]string{"config", "check", good, other}, exitOK, "ok: 2 domains (edge, messaging), 1 rule", ""},
 		{[]string{"config", "check", good + "," + other}, exitOK, "ok: 2 domains", ""},
 		{[]string{"config", "check", dir}, exitFail, "", `bad.yaml:5: unknown unit "fortnight"`},

@@ -35,8 +35,8 @@ func rssBytes(pid int) int64 {
 	return -1
 }
 
-// TestMemoryBudgetHoldsUnderFloods is issue 12's key floods against the
-// real binary with --max-memory: long keys in two tables, and sliding logs
+// TestMemoryBudgetHoldsUnderFloods runs key floods against the real binary
+// with --max-memory (docs/PERFORMANCE.md, "A node-wide byte budget"): long keys in two tables, and sliding logs
 // with the largest limit and hits, a 366-day period. Without a budget the
 // first held 770 MB per table and the second 768 MB per request. Here the
 // process stays under the budget plus a stated margin throughout, keys are

@@ -1,10 +1,13 @@
 // Command shardlimiter runs a shardlimiter node, or, as `shardlimiter
 // check`, asks a running node one question, or, as `shardlimiter config
-// check FILE…`, validates rules files offline.
+// check FILE…`, validates rules files offline, or, as `shardlimiter
+// version`, prints its version.
 //
 // With no arguments it serves on one machine with defaults: HTTP on :8080,
-// gRPC on :8081, gossip on :7946, a cluster of one. Every flag can also be
-// set through its SHARDLIMITER_* environment variable; see --help.
+// gRPC on :8081 (the client API), peer RPCs on :8082 (other nodes only; by
+// default on the host of --grpc-addr), gossip on :7946, a cluster of one.
+// Every flag can also be set through its SHARDLIMITER_* environment
+// variable; see --help and the configuration table of README.md.
 //
 // This package is wiring only: flags and environment → configuration,
 // listeners, metrics registry, logger, signals.
@@ -44,6 +47,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	if len(args) > 0 && args[0] == "config" {
 		return runConfig(args[1:], stdout, stderr)
+	}
+	if len(args) > 0 && args[0] == "version" {
+		return runVersion(args[1:], stdout, stderr)
 	}
 	cfg, err := parseConfig(args, getenv, stderr)
 	if errors.Is(err, flag.ErrHelp) {

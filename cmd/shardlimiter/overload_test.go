@@ -19,7 +19,8 @@ import (
 	"github.com/shardlimiter/shardlimiter/transport"
 )
 
-// Issue 12's connection and overload reproductions, against a node.
+// Connection and overload reproductions against a node (docs/PERFORMANCE.md,
+// "Overload and connection limits").
 
 // okBatch is n valid checks on distinct keys of prefix.
 func okBatch(prefix string, n int) []limit.Check {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -21,17 +20,20 @@ import (
 )
 
 // rlsConfig is the command line of the rules and of Envoy's rate-limit
-// service (--config, --shadow-mode, --rls-headers).
+// service (--config, --shadow-mode, --rls-*).
 type rlsConfig struct {
-	files   []string // rules files or directories; none: no rules
-	shadow  bool
-	headers bool
+	files         []string // rules files or directories; none: no rules
+	shadow        bool
+	headers       bool
+	headersFormat rls.HeadersFormat
+	headerNames   rls.HeaderNames
+	stopIncrement bool
+	metadata      bool
 }
 
 // parseRLS validates the rules flags.
-func parseRLS(raw map[string]*string) (rlsConfig, error) {
+func parseRLS(raw map[string]*string, bad func(name, format string, a ...any)) rlsConfig {
 	var c rlsConfig
-	var errs []error
 	for _, f := range strings.Split(*raw["config"], ",") {
 		if f = strings.TrimSpace(f); f != "" {
 			c.files = append(c.files, f)
@@ -39,13 +41,44 @@ func parseRLS(raw map[string]*string) (rlsConfig, error) {
 	}
 	var err error
 	if c.shadow, err = strconv.ParseBool(*raw["shadow-mode"]); err != nil {
-		errs = append(errs, fmt.Errorf("--shadow-mode: want true or false, got %q", *raw["shadow-mode"]))
+		bad("shadow-mode", "want true or false, got %q", *raw["shadow-mode"])
 	}
-	if c.headers, err = strconv.ParseBool(*raw["rls-headers"]); err != nil {
-		errs = append(errs, fmt.Errorf("--rls-headers: want true or false, got %q", *raw["rls-headers"]))
+	for name, b := range map[string]*bool{"rls-headers": &c.headers, "rls-stop-increment-when-over-limit": &c.stopIncrement, "rls-dynamic-metadata": &c.metadata} {
+		if *b, err = strconv.ParseBool(*raw[name]); err != nil {
+			bad(name, "want true or false, got %q", *raw[name])
+		}
 	}
-	return c, errors.Join(errs...)
+	if c.headersFormat, err = rls.ParseHeadersFormat(*raw["rls-headers-format"]); err != nil {
+		bad("rls-headers-format", "%v", err)
+	}
+	c.headerNames = rls.HeaderNames{Limit: *raw["rls-header-limit"], Remaining: *raw["rls-header-remaining"], Reset: *raw["rls-header-reset"]}
+	for name, v := range map[string]string{"rls-header-limit": c.headerNames.Limit, "rls-header-remaining": c.headerNames.Remaining, "rls-header-reset": c.headerNames.Reset} {
+		if !validHeaderName(v) {
+			bad(name, "%q is not an HTTP header name", v)
+		}
+	}
+	return c
 }
+
+// validHeaderName reports whether s is an HTTP field name (RFC 9110 token).
+func validHeaderName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0 {
+			continue
+		}
+		return false
+	}
+	return true
+}
+
+// noRulesWarning is logged at the start of a node without --config: its
+// Envoy rate-limit service has no rule to match, and a caller would
+// otherwise learn it only from being admitted every time.
+const noRulesWarning = "no --config: the Envoy rate-limit service (ShouldRateLimit, POST /json) answers OK to every descriptor, and native checks must carry their own limit and duration_ms; load rules files with --config (docs/RULES.md)"
 
 // rulesReload is how often the rules files are read for changes: a new
 // file applies within about this long.
@@ -84,6 +117,8 @@ func newRLS(cfg rlsConfig, checker transport.Checker, bound, bodyBytes *transpor
 		}
 		r.store.Swap(set)
 		log.Info("rules loaded", "files", cfg.files, "version", set.Version())
+	} else {
+		log.Warn(noRulesWarning)
 	}
 	r.loaded = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "shardlimiter", Subsystem: "rules", Name: "reloads_total",
 		Help: "Rules files reloaded after a change and applied."})
@@ -97,7 +132,9 @@ func newRLS(cfg rlsConfig, checker transport.Checker, bound, bodyBytes *transpor
 		JSONChecker: transport.BoundChecker(checker, bound, tm, transport.ListenerHTTP),
 		BodyBytes:   bodyBytes,
 		Telemetry:   tm,
-		Rules:       r.store, Shadow: cfg.shadow, Headers: cfg.headers, Registerer: reg,
+		Rules:       r.store, Shadow: cfg.shadow, Registerer: reg,
+		Headers: cfg.headers, HeadersFormat: cfg.headersFormat, HeaderNames: cfg.headerNames,
+		StopIncrementWhenOverLimit: cfg.stopIncrement, DynamicMetadata: cfg.metadata,
 	})
 	r.at.Store(time.Now().Unix())
 	return r, nil

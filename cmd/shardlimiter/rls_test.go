@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	corepb "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	ratelimitpb "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
@@ -21,7 +20,6 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/shardlimiter/shardlimiter/internal/poll"
 	"github.com/shardlimiter/shardlimiter/limit"
 )
 
@@ -51,8 +49,8 @@ descriptors:
     rate_limit: {unit: hour, requests_per_unit: 100, algorithm: sliding_log, replaces: [{name: user_limit}]}
   - key: tiered
     rate_limits:
-      - {unit: second, requests_per_unit: 2, algorithm: sliding_log}
-      - {unit: hour, requests_per_unit: 3, algorithm: sliding_log}
+      - {unit: hour, requests_per_unit: 2, algorithm: sliding_log}
+      - {unit: day, requests_per_unit: 3, algorithm: sliding_log}
   - key: hits
     rate_limit: {unit: hour, requests_per_unit: 10, algorithm: sliding_log}
 `
@@ -218,7 +216,10 @@ func TestRLSRealBinary(t *testing.T) {
 		remaining(&rlspb.RateLimitRequest{HitsAddend: 3, Descriptors: []*ratelimitpb.RateLimitDescriptor{d(nil)}}, 6, ok)                  // request-level
 		remaining(&rlspb.RateLimitRequest{HitsAddend: 3, Descriptors: []*ratelimitpb.RateLimitDescriptor{d(wrapperspb.UInt64(0))}}, 6, ok) // set to 0: check only
 		remaining(&rlspb.RateLimitRequest{HitsAddend: 5, Descriptors: []*ratelimitpb.RateLimitDescriptor{d(wrapperspb.UInt64(2))}}, 4, ok) // descriptor wins
-		remaining(one(d(wrapperspb.UInt64(5))), 4, over)                                                                                   // refused hits are not counted
+		// Refused hits count too (6 + 5 = 11 of 10): nothing remains, and
+		// a check of 0 hits is refused while the count is over.
+		remaining(one(d(wrapperspb.UInt64(5))), 0, over)
+		remaining(one(d(wrapperspb.UInt64(0))), 0, over)
 	})
 	t.Run("limit override", func(t *testing.T) {
 		d := desc("user", "override")
@@ -242,37 +243,23 @@ func TestRLSRealBinary(t *testing.T) {
 			t.Errorf("statuses = %v", r.Statuses)
 		}
 	})
-	t.Run("rate_limits all or nothing", func(t *testing.T) {
-		// 2 per second and 3 per hour. Two admitted; then the second's
-		// limit refuses while the hour has room: the refused calls must
-		// not use the hour, so that once the second has passed, exactly
-		// one more is admitted.
+	t.Run("rate_limits count every hit in every limit", func(t *testing.T) {
+		// 2 an hour and 3 a day. Two admitted; the third is refused by the
+		// hour and counted in both (the day is then at its limit, not over
+		// it); the fourth is refused by both, and a check of 0 hits too.
 		d := desc("tiered", "t1")
 		expect(t, one(d), ok, ok)
-		expect(t, one(d), ok, ok)
-		refused := 0
-		poll.Until(t, 5*time.Second, func() bool {
-			r := call(t, one(d))
-			if r.OverallCode == over {
-				refused++
-				return false
-			}
-			// 0 left of the hour; the second's limit may be at 0 too
-			// (and named) when the first two calls fell in two seconds.
-			if s := r.Statuses[0]; s.LimitRemaining != 0 {
-				t.Fatalf("third admitted status = %v, want 0 remaining", s)
-			}
-			return true
-		}, "the third call admitted once the second passed")
-		if refused == 0 {
-			t.Log("no call was refused by the per-second limit (a slow machine)")
+		r := expect(t, one(d), ok, ok)
+		if s := r.Statuses[0]; s.LimitRemaining != 0 || s.CurrentLimit.GetRequestsPerUnit() != 2 {
+			t.Fatalf("second call status = %v, want the hour's limit with 0 remaining", s)
 		}
-		// The hour is spent: nothing more is admitted, and once this
-		// second has passed the refusal names the hour's limit.
-		poll.Until(t, 5*time.Second, func() bool {
-			r := expect(t, one(d), over, over)
-			return r.Statuses[0].CurrentLimit.GetRequestsPerUnit() == 3
-		}, "a refusal by the hour's limit")
+		r = expect(t, one(d), over, over)
+		if s := r.Statuses[0]; s.CurrentLimit.GetRequestsPerUnit() != 2 {
+			t.Fatalf("third call status = %v, want the hour's refusal", s)
+		}
+		expect(t, one(d), over, over)
+		d.HitsAddend = wrapperspb.UInt64(0)
+		expect(t, one(d), over, over)
 	})
 	t.Run("unknown domain", func(t *testing.T) {
 		r := expect(t, &rlspb.RateLimitRequest{Domain: "nope", Descriptors: []*ratelimitpb.RateLimitDescriptor{desc("path", "/api/x")}}, ok, ok)

@@ -152,10 +152,18 @@ func newServer(cfg config, log *slog.Logger) (s *server, err error) {
 		Peer:                peerCfg,
 		ReplicationInterval: cfg.replication,
 		HandoffTimeout:      cfg.handoff,
+		StateDir:            cfg.stateDir,
+		SnapshotInterval:    cfg.snapshotEvery,
+		SnapshotName:        cfg.snapshotName,
 		Registerer:          reg,
 		Logger:              log,
 	})
 	if err != nil {
+		return nil, err
+	}
+	// Before anything serves: a check decided before the merge would be
+	// counted from a fresh key.
+	if err = s.node.Restore(); err != nil {
 		return nil, err
 	}
 	if s.rls, err = newRLS(cfg.rls, s.node, clientBound, bodyBytes, tm, reg, log); err != nil {
@@ -229,15 +237,41 @@ func registerGossipMetrics(reg prometheus.Registerer, m *gossip.Membership) {
 	}
 }
 
+// drain keeps the node answering for --shutdown-grace, or until no other
+// member is left: nobody re-routes to this node then (the whole cluster is
+// stopping), and the node says so once.
+func (s *server) drain() {
+	grace := time.NewTimer(s.cfg.shutdownGrace)
+	defer grace.Stop()
+	tick := time.NewTicker(drainPoll)
+	defer tick.Stop()
+	for {
+		select {
+		case <-grace.C:
+			return
+		case <-tick.C:
+			if !s.node.OthersAlive() {
+				s.node.NoteNoneLeft()
+				return
+			}
+		}
+	}
+}
+
+// drainPoll is how often a drain looks whether other members are left.
+const drainPoll = 50 * time.Millisecond
+
 // serve runs until ctx is done, then shuts down gracefully:
 //
 //  1. hand this node's keys to their new owners and leave the gossip group
 //     (readyz → 503), waiting up to --handoff-timeout for the new owners
 //     to acknowledge;
 //  2. keep answering for --shutdown-grace while peers and load balancers
-//     stop sending here (skipped when there is nobody to re-route to);
+//     stop sending here (skipped, or cut short, when no other member is
+//     left to re-route to);
 //  3. stop the listeners, answering every request already accepted;
-//  4. stop gossip, the sweeper and the peer clients.
+//  4. stop gossip, the sweeper and the peer clients, and write the last
+//     snapshot (--state-dir).
 func (s *server) serve(ctx context.Context, stdout io.Writer) error {
 	nodeCtx, stopNode := context.WithCancel(context.Background())
 	defer stopNode()
@@ -307,9 +341,9 @@ func (s *server) serve(ctx context.Context, stdout io.Writer) error {
 	if err := s.node.Leave(); err != nil {
 		s.log.Warn("leave", "err", err)
 	}
-	if others && runErr == nil && s.cfg.shutdownGrace > 0 {
+	if others && s.node.OthersAlive() && runErr == nil && s.cfg.shutdownGrace > 0 {
 		s.log.Info("draining", "grace", s.cfg.shutdownGrace)
-		time.Sleep(s.cfg.shutdownGrace)
+		s.drain()
 	}
 	s.stopServers()
 	stopNode()

@@ -1,5 +1,6 @@
-// Package archtest keeps the dependency direction of DESIGN.md §2: each
-// project package may import only the project packages listed for it.
+// Package archtest keeps the dependency direction of docs/ARCHITECTURE.md
+// ("Packages and their imports"): each project package may import only the
+// project packages listed for it.
 package archtest
 
 import (
@@ -28,7 +29,7 @@ var allowed = map[string][]string{
 	"gossip":            {"ring"},
 	"transport":         {"limit", "transport/pb", "transport/internal/wire", "transport/gubpb"},
 	"transport/pb":      {},
-	"peer":              {"limit", "table", "bucket", "window", "ring", "transport", "gubernator"},
+	"peer":              {"limit", "table", "bucket", "window", "ring", "transport", "snapshot", "gubernator"},
 	"cmd/shardlimiter":  {"*"},
 	"loadtest":          {"limit", "transport", "internal/wide", "client"},
 	"internal/archtest": {},
@@ -56,6 +57,9 @@ var allowed = map[string][]string{
 	// rules reads files but starts nothing; rulesfile owns the goroutine.
 	"rules":           {"limit"},
 	"rules/rulesfile": {"rules"},
+	// The snapshot file of a node's key states (--state-dir): reads and
+	// writes files, starts nothing; peer decides when.
+	"snapshot": {"limit"},
 	// Envoy's rate-limit service: proto types of go-control-plane stay in it.
 	"rls": {"limit", "rules", "transport"},
 
@@ -84,11 +88,12 @@ var thirdParty = map[string][]string{
 
 	"rules":           {"go.yaml.in/yaml/v3"},
 	"rules/rulesfile": {},
+	"snapshot":        {},
 	"rls":             {"github.com/envoyproxy/go-control-plane/envoy", "google.golang.org/grpc", "google.golang.org/protobuf", "github.com/prometheus/client_golang"},
 }
 
-// leaves never read the clock, log or start goroutines (DESIGN.md §2): time
-// is the caller's now, and their callers own every goroutine.
+// leaves never read the clock, log or start goroutines (docs/ARCHITECTURE.md):
+// time is the caller's now, and their callers own every goroutine.
 var leaves = map[string]bool{"limit": true, "table": true, "internal/wide": true, "bucket": true, "window": true, "gubernator": true, "ring": true, "rules": true}
 
 func TestImportDirection(t *testing.T) {
@@ -150,7 +155,7 @@ func checkFile(t *testing.T, path, pkg string) {
 		}
 		dep := strings.TrimPrefix(p, module+"/")
 		if !slices.Contains(allow, "*") && !slices.Contains(allow, dep) {
-			t.Errorf("%s: %s imports %s; allowed: %v (DESIGN.md §2)", path, pkg, dep, allow)
+			t.Errorf("%s: %s imports %s; allowed: %v (docs/ARCHITECTURE.md)", path, pkg, dep, allow)
 		}
 	}
 }

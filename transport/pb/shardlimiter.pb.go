@@ -85,6 +85,11 @@ const (
 	Behavior_RESET Behavior = 1
 	// Rejected hits still consume capacity.
 	Behavior_COUNT_REJECTED Behavior = 2
+	// Every hit counts, admitted or not, and the count may pass the limit
+	// (envoyproxy/ratelimit's counting, which token quotas need: report the
+	// tokens used, and the next check is refused while over). A check with
+	// hits 0 is then OVER_LIMIT only when the key is already over its limit.
+	Behavior_OVERDRAFT Behavior = 4
 )
 
 // Enum value maps for Behavior.
@@ -93,11 +98,13 @@ var (
 		0: "DEFAULT",
 		1: "RESET",
 		2: "COUNT_REJECTED",
+		4: "OVERDRAFT",
 	}
 	Behavior_value = map[string]int32{
 		"DEFAULT":        0,
 		"RESET":          1,
 		"COUNT_REJECTED": 2,
+		"OVERDRAFT":      4,
 	}
 )
 
@@ -235,7 +242,11 @@ type RateLimitRequest struct {
 	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	// The limited entity, e.g. "account:42". The ring routes on this field.
 	UniqueKey string `protobuf:"bytes,2,opt,name=unique_key,json=uniqueKey,proto3" json:"unique_key,omitempty"`
-	// Cost of this call; 0 peeks, negative is an error.
+	// Cost of this call. 0 (or the field left out, as proto3 and JSON allow)
+	// is a PEEK: the answer shows the key's state and takes nothing, so a
+	// caller that never sets hits is never limited. Send 1 for one request.
+	// Peeks are counted apart on the server (outcome "peek" of
+	// shardlimiter_server_checks_total). Negative is an error.
 	Hits int64 `protobuf:"varint,3,opt,name=hits,proto3" json:"hits,omitempty"`
 	// Hits allowed per duration_ms (and the bucket capacity unless burst is set).
 	Limit int64 `protobuf:"varint,4,opt,name=limit,proto3" json:"limit,omitempty"`
@@ -261,7 +272,7 @@ type RateLimitRequest struct {
 	Calendar Calendar `protobuf:"varint,12,opt,name=calendar,proto3,enum=shardlimiter.v1.Calendar" json:"calendar,omitempty"`
 	// Between nodes only (clients' calls refuse it): the created_at, Unix
 	// ms, of a check of gubernator's API, forwarded to its owner. Such
-	// checks carry algorithm numbers 5 and 6 and behavior flags 4 and 8,
+	// checks carry algorithm numbers 5 and 6 and behavior flags 8 and 16,
 	// which are internal too (docs/GUBERNATOR.md).
 	CreatedAtMs   int64 `protobuf:"varint,13,opt,name=created_at_ms,json=createdAtMs,proto3" json:"created_at_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -400,7 +411,9 @@ type RateLimitResponse struct {
 	RetryAfterMs int64 `protobuf:"varint,5,opt,name=retry_after_ms,json=retryAfterMs,proto3" json:"retry_after_ms,omitempty"`
 	// LEAKY_BUCKET: admitted, but wait this long before acting.
 	DelayMs int64 `protobuf:"varint,6,opt,name=delay_ms,json=delayMs,proto3" json:"delay_ms,omitempty"`
-	// Non-empty when this item failed; the other items still answer.
+	// Non-empty when this item failed; the other items still answer. A
+	// failed item's status is OVER_LIMIT (and retry_after_ms 0), so that a
+	// caller that reads only status fails closed instead of admitting.
 	Error string `protobuf:"bytes,7,opt,name=error,proto3" json:"error,omitempty"`
 	// At least "owner": the node that decided (in a ForwardRateLimitsResponse
 	// it is left out when it is the response's owner). A failed item also has
@@ -730,11 +743,12 @@ const file_shardlimiter_v1_shardlimiter_proto_rawDesc = "" +
 	"\fLEAKY_BUCKET\x10\x01\x12\x10\n" +
 	"\fFIXED_WINDOW\x10\x02\x12\x12\n" +
 	"\x0eSLIDING_WINDOW\x10\x03\x12\x0f\n" +
-	"\vSLIDING_LOG\x10\x04*6\n" +
+	"\vSLIDING_LOG\x10\x04*E\n" +
 	"\bBehavior\x12\v\n" +
 	"\aDEFAULT\x10\x00\x12\t\n" +
 	"\x05RESET\x10\x01\x12\x12\n" +
-	"\x0eCOUNT_REJECTED\x10\x02*)\n" +
+	"\x0eCOUNT_REJECTED\x10\x02\x12\r\n" +
+	"\tOVERDRAFT\x10\x04*)\n" +
 	"\x06Status\x12\x0f\n" +
 	"\vUNDER_LIMIT\x10\x00\x12\x0e\n" +
 	"\n" +

@@ -33,7 +33,7 @@ const (
 // internalBehaviors adds those of the gubernator algorithms, which only
 // nodes send each other.
 const (
-	knownBehaviors    = limit.Reset | limit.CountRejected
+	knownBehaviors    = limit.Reset | limit.CountRejected | limit.Overdraft
 	internalBehaviors = knownBehaviors | limit.DrainOverLimit | limit.Gregorian
 )
 

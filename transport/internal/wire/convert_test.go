@@ -56,10 +56,10 @@ func TestRequestCheck(t *testing.T) {
 			wantErr: "unknown algorithm 5"},
 		{name: "negative algorithm", req: full(func(r *Request) { r.Algorithm = -1 }),
 			wantErr: "unknown algorithm -1"},
-		{name: "unknown behavior", req: full(func(r *Request) { r.Behavior = 4 | int32(limit.Reset) }),
-			wantErr: "unknown behavior flags 0x4"},
+		{name: "unknown behavior", req: full(func(r *Request) { r.Behavior = 8 | int32(limit.Reset) }),
+			wantErr: "unknown behavior flags 0x8"},
 		{name: "negative behavior", req: full(func(r *Request) { r.Behavior = -1 }),
-			wantErr: "unknown behavior flags 0xfffffffc"},
+			wantErr: "unknown behavior flags 0xfffffff8"},
 		{name: "calendar month", req: full(func(r *Request) {
 			r.Algorithm, r.MinIntervalMs, r.Behavior, r.DurationMs, r.Calendar = int32(limit.FixedWindow), 0, 0, 31*24*3600*1000, int32(limit.CalendarMonth)
 		}), want: limit.Check{Name: "api", Key: "account:42", Hits: 2,

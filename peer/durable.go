@@ -1,0 +1,279 @@
+package peer
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/shardlimiter/shardlimiter/limit"
+	"github.com/shardlimiter/shardlimiter/snapshot"
+)
+
+// Durable state (Config.StateDir): so that counts survive a stop of every
+// node. See docs/DURABILITY.md for what survives what.
+//
+// Every Config.SnapshotInterval, and once more when Run ends (after Leave
+// handed the keys over and the servers stopped, so nothing is decided
+// afterwards), the node writes every key its tables hold (the keys it owns,
+// the replicas it holds for others, copies left by a handoff) to its
+// snapshot file (package snapshot). A round when nothing was decided or
+// merged here since the last one writes nothing.
+//
+// The write walks the tables shard by shard (limit.StateMover.Range copies
+// one shard's keys under its read lock, then each key is exported under its
+// own lock for a few loads) and streams to the file: no lock is held across
+// the tables, and memory is one shard's keys plus the write buffer. Checks
+// go on meanwhile; a key changed after it was written is in the next
+// snapshot. So the file is not one instant's state: each key's state is
+// one it had during the write.
+//
+// Restore, before the node serves, merges the file into the tables as a
+// handoff would (Limiter.Import: the state that consumed more wins; states
+// expired by now change nothing). The file is verified whole first: a
+// damaged one is refused (logged, counted, kept aside as .corrupt) and the
+// node starts empty rather than from a part. Keys restored here that the
+// ring gives to other nodes reach them when this node first joins others
+// (restorePushes), so that a cluster restarted in any order converges.
+
+// DefaultSnapshotInterval is the snapshot interval when Config leaves it 0.
+// A SIGKILL of every node loses at most this much of each key's hits. 10 s
+// keeps the cost small (a write of 1M keys takes 0.5–0.8 s of one core:
+// docs/DURABILITY.md), while a day's or a month's limit loses a negligible
+// share of its count; per-second limits lose nothing that matters.
+const DefaultSnapshotInterval = 10 * time.Second
+
+// durable is a node's snapshot state; nil without Config.StateDir.
+type durable struct {
+	dir, name string // the snapshot file: snapshot.Path(dir, name)
+	interval  time.Duration
+	// dirty: something was decided or merged here since the last snapshot
+	// began. Set on the check path only when clear (a load, rarely a
+	// store), cleared by a snapshot as it starts.
+	dirty atomic.Bool
+	// restored: keys were loaded that may belong to other nodes; cleared
+	// when they are sent to their owners.
+	restored atomic.Bool
+	mu       sync.Mutex // serializes writes
+	m        durableMetrics
+}
+
+type durableMetrics struct {
+	duration    prometheus.Observer
+	keys        prometheus.Gauge
+	lastSuccess prometheus.Gauge
+	writeErrors prometheus.Counter
+	loadErrors  prometheus.Counter
+	loadedKeys  prometheus.Counter
+	skipped     prometheus.Counter
+}
+
+func newDurable(cfg Config) *durable {
+	if cfg.StateDir == "" {
+		return nil
+	}
+	d := &durable{dir: cfg.StateDir, name: cmp.Or(cfg.SnapshotName, cfg.Name), interval: cfg.SnapshotInterval}
+	if d.interval <= 0 {
+		d.interval = DefaultSnapshotInterval
+	}
+	duration := prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "shardlimiter_snapshot_write_duration_seconds",
+		Help:    "Time to write one snapshot of the node's key states to --state-dir.",
+		Buckets: prometheus.ExponentialBuckets(0.001, 4, 9),
+	})
+	d.m = durableMetrics{
+		duration: duration,
+		keys: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "shardlimiter_snapshot_keys",
+			Help: "Key states in the last snapshot written.",
+		}),
+		lastSuccess: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "shardlimiter_snapshot_last_success_timestamp_seconds",
+			Help: "Unix time of the last snapshot written; 0 before the first. A crash of every node loses the hits since.",
+		}),
+		writeErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "shardlimiter_snapshot_write_errors_total",
+			Help: "Snapshots that could not be written (the previous file is kept).",
+		}),
+		loadErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "shardlimiter_snapshot_load_errors_total",
+			Help: "Snapshot files refused at start (damaged, truncated, unreadable): the node started without them.",
+		}),
+		loadedKeys: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "shardlimiter_snapshot_loaded_keys_total",
+			Help: "Key states read from the snapshot at start and merged.",
+		}),
+		skipped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "shardlimiter_snapshot_skipped_total",
+			Help: "Snapshot rounds that wrote nothing because nothing changed since the last.",
+		}),
+	}
+	if r := cfg.Registerer; r != nil {
+		r.MustRegister(duration, d.m.keys, d.m.lastSuccess, d.m.writeErrors, d.m.loadErrors, d.m.loadedKeys, d.m.skipped)
+	}
+	return d
+}
+
+// changed notes that the tables changed: the next snapshot is written.
+func (d *durable) changed() {
+	if d != nil && !d.dirty.Load() {
+		d.dirty.Store(true)
+	}
+}
+
+// Restore merges this node's snapshot from Config.StateDir into its tables.
+// Call it once, after New and before the node serves; it does nothing
+// without a StateDir. A missing file is a first start; a damaged one is
+// logged, counted, renamed to <file>.corrupt and otherwise ignored. The
+// error is for a directory that cannot be made or read.
+func (n *Node) Restore() error {
+	d := n.dur
+	if d == nil {
+		return nil
+	}
+	if err := os.MkdirAll(d.dir, 0o750); err != nil {
+		return fmt.Errorf("peer: state dir: %w", err)
+	}
+	if k := snapshot.RemoveTemp(d.dir, d.name); k > 0 {
+		n.log.Info("snapshot: removed unfinished writes", "files", k)
+	}
+	path := snapshot.Path(d.dir, d.name)
+	start := time.Now()
+	now := n.cfg.Now().UnixNano()
+	var loaded, bad int
+	var first error
+	info, err := snapshot.Load(d.dir, d.name, func(ks limit.KeyState) error {
+		if int(ks.Algorithm) >= len(n.limiters) {
+			bad++
+			return nil
+		}
+		if err := n.limiters[ks.Algorithm].Import(ks.Key, ks.State, now, true); err != nil {
+			if first == nil {
+				first = err
+			}
+			bad++
+			return nil
+		}
+		loaded++
+		return nil
+	})
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		n.log.Info("snapshot: none to restore", "path", path)
+		return nil
+	case errors.Is(err, snapshot.ErrCorrupt):
+		d.m.loadErrors.Inc()
+		aside := path + ".corrupt"
+		if rerr := os.Rename(path, aside); rerr != nil {
+			aside = ""
+		}
+		n.log.Error("snapshot: refused, starting without it", "path", path, "kept_as", aside, "err", err)
+		return nil
+	case err != nil:
+		d.m.loadErrors.Inc()
+		if _, serr := os.Stat(filepath.Dir(path)); serr != nil {
+			return fmt.Errorf("peer: state dir: %w", serr)
+		}
+		n.log.Error("snapshot: unreadable, starting without it", "path", path, "err", err)
+		return nil
+	}
+	d.m.loadedKeys.Add(float64(loaded))
+	if bad > 0 {
+		n.m.transferMalformed.Add(float64(bad))
+		n.log.Warn("snapshot: keys refused", "refused", bad, "of", info.Records, "err", first)
+	}
+	if loaded > 0 {
+		d.restored.Store(true)
+	}
+	n.log.Info("snapshot: restored", "path", path, "records", info.Records, "age", time.Duration(now-info.WrittenAt).Round(time.Millisecond), "took", time.Since(start).Round(time.Millisecond))
+	return nil
+}
+
+// snapshotLoop writes a snapshot every interval until ctx is done.
+func (n *Node) snapshotLoop(ctx context.Context) {
+	t := time.NewTicker(n.dur.interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			n.writeSnapshot()
+		}
+	}
+}
+
+// writeSnapshot writes every key state held to the snapshot file, unless
+// nothing changed since the last write. A failed write keeps the old file
+// and leaves the node dirty, so the next round tries again.
+func (n *Node) writeSnapshot() {
+	d := n.dur
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !d.dirty.Swap(false) {
+		d.m.skipped.Inc()
+		return
+	}
+	start := time.Now()
+	now := n.cfg.Now().UnixNano()
+	info, err := snapshot.Write(d.dir, d.name, now, func(w *snapshot.Writer) error {
+		var werr error
+		for a, l := range n.limiters {
+			l.Range(func(key string) bool {
+				if st, ok := l.Export(key, now); ok {
+					werr = w.Write(limit.KeyState{Algorithm: limit.Algorithm(a), Key: key, State: st})
+				}
+				return werr == nil
+			})
+			if werr != nil {
+				return werr
+			}
+		}
+		return nil
+	})
+	took := time.Since(start)
+	if err != nil {
+		d.dirty.Store(true)
+		d.m.writeErrors.Inc()
+		n.log.Error("snapshot: write failed; the previous one is kept", "dir", d.dir, "err", err)
+		return
+	}
+	d.m.duration.Observe(took.Seconds())
+	d.m.keys.Set(float64(info.Records))
+	d.m.lastSuccess.Set(float64(time.Now().UnixNano()) / 1e9)
+	n.log.Debug("snapshot: written", "keys", info.Records, "took", took)
+}
+
+// restorePushes queues the push of the keys held here in the partitions
+// cur gives to other nodes, to their owners: the keys a snapshot restored
+// that are theirs. It runs once, at the first rebuild with other members,
+// for a node that restored keys and joins others (a node that decided
+// alone first pushes all it lost anyway, see rebuild). Keys only: the
+// owners hold these partitions already, and an owner that is still
+// pulling one from elsewhere must not see it settled by this push.
+func (n *Node) restorePushes(cur *view) {
+	jobs := map[string]*job{}
+	for p := range cur.snap.Partitions() {
+		if o := cur.snap.PartitionOwner(p); o != cur.self {
+			m := cur.snap.Member(o)
+			addPart(jobs, m.Name, job{peer: m, why: limit.Join, pushed: make(chan struct{}), keysOnly: true}, p)
+		}
+	}
+	n.jobsMu.Lock()
+	for _, j := range jobs {
+		n.jobs = append(n.jobs, *j)
+	}
+	n.jobsMu.Unlock()
+	select {
+	case n.jobsKick <- struct{}{}:
+	default:
+	}
+	n.log.Info("snapshot: sending restored keys to their owners", "owners", len(jobs))
+}
