@@ -22,10 +22,15 @@ const (
 	FixedWindow   Algorithm = 2 // windows aligned to multiples of Period since the epoch
 	SlidingWindow Algorithm = 3 // weighted previous + current window counter
 	SlidingLog    Algorithm = 4 // exact log of admitted hits, optional MinInterval
-	numAlgorithms           = 5
+	// The algorithms of gubernator's API (see gubernator.go): internal
+	// values, never on shardlimiter's own client API, only between nodes.
+	GubernatorTokenBucket Algorithm = 5 // gubernator's TOKEN_BUCKET: a window from the first hit
+	GubernatorLeakyBucket Algorithm = 6 // gubernator's LEAKY_BUCKET: a balance leaking whole hits
+	numAlgorithms                   = 7
 )
 
-var algorithmNames = [numAlgorithms]string{"TOKEN_BUCKET", "LEAKY_BUCKET", "FIXED_WINDOW", "SLIDING_WINDOW", "SLIDING_LOG"}
+var algorithmNames = [numAlgorithms]string{"TOKEN_BUCKET", "LEAKY_BUCKET", "FIXED_WINDOW", "SLIDING_WINDOW", "SLIDING_LOG",
+	"GUBERNATOR_TOKEN_BUCKET", "GUBERNATOR_LEAKY_BUCKET"}
 
 // String returns the wire name, e.g. "TOKEN_BUCKET".
 func (a Algorithm) String() string {
@@ -35,7 +40,8 @@ func (a Algorithm) String() string {
 	return fmt.Sprintf("ALGORITHM(%d)", uint8(a))
 }
 
-// Algorithms lists every known algorithm in wire order.
+// Algorithms lists every algorithm of shardlimiter's own API in wire order
+// (not the gubernator ones: see GubernatorAlgorithms).
 func Algorithms() []Algorithm {
 	return []Algorithm{TokenBucket, LeakyBucket, FixedWindow, SlidingWindow, SlidingLog}
 }
@@ -60,7 +66,14 @@ const (
 	// newest Limit+1 hits for SLIDING_LOG (which decides exactly with them).
 	Overdraft Behavior = 1 << 2
 
-	knownBehaviors = Reset | CountRejected | Overdraft
+	// DrainOverLimit and Gregorian are gubernator's DRAIN_OVER_LIMIT and
+	// DURATION_IS_GREGORIAN, for the gubernator algorithms only (see
+	// gubernator.go); its RESET_REMAINING is Reset.
+	DrainOverLimit Behavior = 1 << 3
+	Gregorian      Behavior = 1 << 4
+
+	// ownBehaviors are the flags of shardlimiter's own algorithms.
+	ownBehaviors = Reset | CountRejected | Overdraft
 )
 
 // Has reports whether every flag of f is set in b.
@@ -88,6 +101,9 @@ type Rule struct {
 	// Calendar, when set, makes a FIXED_WINDOW rule's windows calendar
 	// weeks, months or years in UTC; Period must then be Calendar.Period().
 	Calendar Calendar
+	// CreatedAt is gubernator's created_at, Unix milliseconds, for the
+	// gubernator algorithms only; 0 means the deciding node's now.
+	CreatedAt int64
 }
 
 // Bounds on rules. They keep every computation inside int64 nanoseconds and
@@ -120,6 +136,9 @@ func (r Rule) Capacity() int64 {
 // Validate reports the first problem with the rule, or nil. A valid rule can
 // be evaluated by every package without overflow.
 func (r Rule) Validate() error {
+	if r.Algorithm.Gubernator() {
+		return r.validateGubernator()
+	}
 	switch {
 	case r.Algorithm >= numAlgorithms:
 		return fmt.Errorf("unknown algorithm %d", r.Algorithm)
@@ -139,8 +158,10 @@ func (r Rule) Validate() error {
 		return fmt.Errorf("min_interval_ms must be >= 0, got %d", r.MinInterval.Milliseconds())
 	case r.Warmup < 0:
 		return fmt.Errorf("warmup_ms must be >= 0, got %d", r.Warmup.Milliseconds())
-	case r.Behavior&^knownBehaviors != 0:
-		return fmt.Errorf("unknown behavior flags %#x", uint32(r.Behavior&^knownBehaviors))
+	case r.Behavior&^ownBehaviors != 0:
+		return fmt.Errorf("unknown behavior flags %#x", uint32(r.Behavior&^ownBehaviors))
+	case r.CreatedAt != 0:
+		return fmt.Errorf("created_at applies to the gubernator algorithms only, not %v", r.Algorithm)
 	}
 	if err := r.validateOptions(); err != nil {
 		return err

@@ -16,7 +16,9 @@ func TestRuleValidate(t *testing.T) {
 	}{
 		{"valid", func(*Rule) {}, ""},
 		{"every algorithm", func(r *Rule) { r.Algorithm = SlidingLog }, ""},
-		{"unknown algorithm", func(r *Rule) { r.Algorithm = 5 }, "unknown algorithm 5"},
+		{"unknown algorithm", func(r *Rule) { r.Algorithm = 7 }, "unknown algorithm 7"},
+		{"gubernator flag on a native rule", func(r *Rule) { r.Behavior = DrainOverLimit }, "unknown behavior flags 0x8"},
+		{"created_at on a native rule", func(r *Rule) { r.CreatedAt = 1 }, "created_at applies to the gubernator algorithms only"},
 		{"zero limit", func(r *Rule) { r.Limit = 0 }, "limit must be > 0"},
 		{"huge limit", func(r *Rule) { r.Limit = MaxLimit + 1 }, "limit must be <="},
 		{"zero period", func(r *Rule) { r.Period = 0 }, "duration_ms must be > 0"},

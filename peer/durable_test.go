@@ -62,7 +62,7 @@ func TestSnapshotRestoresEveryAlgorithm(t *testing.T) {
 	dir, clk := t.TempDir(), newClock()
 	a, _ := newDurableNode(t, dir, clk)
 	rules := map[limit.Algorithm]limit.Rule{}
-	for _, alg := range limit.Algorithms() {
+	for _, alg := range append(limit.Algorithms(), limit.GubernatorAlgorithms()...) {
 		r := rule(alg, 10, time.Hour)
 		if alg == limit.LeakyBucket {
 			r.Burst = 10

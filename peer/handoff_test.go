@@ -65,6 +65,8 @@ var handoffAlgorithms = []limit.Rule{
 	rule(limit.SlidingWindow, 10, time.Hour),
 	rule(limit.SlidingLog, 10, time.Hour),
 	{Algorithm: limit.LeakyBucket, Limit: 10, Period: time.Hour, Burst: 9},
+	rule(limit.GubernatorTokenBucket, 10, time.Hour),
+	rule(limit.GubernatorLeakyBucket, 10, time.Hour),
 }
 
 // TestCountsSurviveJoin: keys counted on two nodes keep their counts when a

@@ -32,3 +32,7 @@ func (n *Node) Membership() transport.Membership {
 	}
 	return m
 }
+
+// MemberAddr returns the client gRPC address of the member called name
+// (gubernator's metadata "owner" names the owner by it); "" when unknown.
+func (n *Node) MemberAddr(name string) string { return n.member(name).Addr }

@@ -39,6 +39,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/shardlimiter/shardlimiter/bucket"
+	"github.com/shardlimiter/shardlimiter/gubernator"
 	"github.com/shardlimiter/shardlimiter/limit"
 	"github.com/shardlimiter/shardlimiter/ring"
 	"github.com/shardlimiter/shardlimiter/table"
@@ -189,7 +190,7 @@ func (v *view) without(name string) *ring.Snapshot {
 type Node struct {
 	cfg      Config
 	log      *slog.Logger
-	limiters [5]limiter    // by limit.Algorithm
+	limiters [7]limiter    // by limit.Algorithm (the gubernator pair share one table: gubernator.go)
 	budget   *table.Budget // nil without Config.MaxMemory
 	dur      *durable      // nil without Config.StateDir
 	view     atomic.Pointer[view]
@@ -264,12 +265,15 @@ func New(cfg Config) (*Node, error) {
 		n.budget = table.NewBudget(TableBudget(cfg.MaxMemory))
 		tc.Budget = n.budget
 	}
-	n.limiters = [5]limiter{
-		limit.TokenBucket:   bucket.NewTokenBucket(tc),
-		limit.LeakyBucket:   bucket.NewLeakyBucket(tc),
-		limit.FixedWindow:   window.NewFixed(tc),
-		limit.SlidingWindow: window.NewSliding(tc),
-		limit.SlidingLog:    window.NewLog(tc),
+	gub := gubernator.NewTable(tc)
+	n.limiters = [7]limiter{
+		limit.TokenBucket:           bucket.NewTokenBucket(tc),
+		limit.LeakyBucket:           bucket.NewLeakyBucket(tc),
+		limit.FixedWindow:           window.NewFixed(tc),
+		limit.SlidingWindow:         window.NewSliding(tc),
+		limit.SlidingLog:            window.NewLog(tc),
+		limit.GubernatorTokenBucket: gub,
+		limit.GubernatorLeakyBucket: gub.Leaky(),
 	}
 	n.keyBufs.New = func() any { return &keyBuf{b: make([]byte, 0, 64), tally: ruleTally{rm: n.m.rules}} }
 	n.groups.seed = maphash.MakeSeed()

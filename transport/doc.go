@@ -24,6 +24,12 @@
 // shared RPCs without adding latency when the owner is idle (see batcher.go).
 // [Client] is the public client of RateLimiter.
 //
+// gubernator's API, pb.gubernator.V1, is served beside RateLimiter by
+// [Gubernator] (gubernator.go; its HTTP gateway in gubernatorhttp.go), from
+// code generated in transport/gubpb: its items become checks of the
+// gubernator algorithms, which only nodes send each other on Peers
+// (shardlimiter.v1's own API refuses them).
+//
 // Overload: a server never queues work it cannot start. An [InFlight]
 // bound (one per listener pool) admits a batch by its item count or refuses
 // it at once with ResourceExhausted and a retry delay (HTTP: 429 with

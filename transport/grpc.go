@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/tap"
 
+	"github.com/shardlimiter/shardlimiter/transport/gubpb"
 	"github.com/shardlimiter/shardlimiter/transport/pb"
 )
 
@@ -35,6 +36,9 @@ type GRPCConfig struct {
 	// Inspector answers shardlimiter.v1.Inspect (operators reading a key's
 	// state without spending, inspect.go). Nil: the service is not served.
 	Inspector Inspector
+	// Gubernator answers gubernator's pb.gubernator.V1 (gubernator.go).
+	// Nil: the service is not served.
+	Gubernator *Gubernator
 	// MaxBatch bounds the items of one call; a larger batch fails the whole
 	// call with InvalidArgument. Zero means DefaultMaxBatch (1000). Larger
 	// batches amortize more per-call cost but hold more memory per call.
@@ -123,6 +127,10 @@ func NewGRPCServer(cfg GRPCConfig) *GRPCServer {
 	if cfg.Inspector != nil {
 		pb.RegisterInspectServer(s.srv, &inspectServer{in: cfg.Inspector, inflight: cfg.InFlight, metrics: cfg.Metrics})
 		s.services = append(s.services, InspectServiceName)
+	}
+	if cfg.Gubernator != nil {
+		gubpb.RegisterV1Server(s.srv, cfg.Gubernator)
+		s.services = append(s.services, GubernatorServiceName)
 	}
 	if cfg.Register != nil {
 		cfg.Register(s.srv)

@@ -18,7 +18,7 @@ func checksFromPB(reqs []*pb.RateLimitRequest, dst *wire.Checks) {
 			Name: r.GetName(), Key: r.GetUniqueKey(), Hits: r.GetHits(), Limit: r.GetLimit(),
 			DurationMs: r.GetDurationMs(), Algorithm: int32(r.GetAlgorithm()), Burst: r.GetBurst(),
 			MinIntervalMs: r.GetMinIntervalMs(), WarmupMs: r.GetWarmupMs(), Behavior: int32(r.GetBehavior()),
-			Chained: r.GetChained(), Calendar: int32(r.GetCalendar()),
+			Chained: r.GetChained(), Calendar: int32(r.GetCalendar()), CreatedAtMs: r.GetCreatedAtMs(),
 		}
 		dst.Add(&w)
 	}

@@ -42,9 +42,12 @@ type checkBatch struct {
 	checks *wire.Checks // the items, converted; pooled, given back by release
 	err    error        // the request is malformed, too large or shed: answer this
 	bound  *InFlight    // the server's in-flight bound; nil: none
-	held   int64        // units of bound taken for this call, given back by release
-	ticket *ticket      // the call's charge of a fair bound (fair.go), instead of held
-	own    ticket       // the ticket of a call the tap did not charge
+	// internal: a batch of the Peers service, which may hold what only
+	// nodes send each other (wire.Checks.Internal).
+	internal bool
+	held     int64   // units of bound taken for this call, given back by release
+	ticket   *ticket // the call's charge of a fair bound (fair.go), instead of held
+	own      ticket  // the ticket of a call the tap did not charge
 }
 
 // decode fills b from the wire. It never fails: a bad request is recorded
@@ -72,6 +75,7 @@ func (b *checkBatch) decode(data []byte) error {
 		}
 	}
 	b.checks = getChecks()
+	b.checks.Internal = b.internal
 	var err error
 	b.n, err = wire.DecodeChecks(data, b.max, b.checks)
 	switch {
@@ -100,7 +104,11 @@ func (b *checkBatch) release() {
 // checksPool holds the per-call memory of the servers' decoded batches.
 var checksPool = sync.Pool{New: func() any { return new(wire.Checks) }}
 
-func getChecks() *wire.Checks { return checksPool.Get().(*wire.Checks) }
+func getChecks() *wire.Checks {
+	c := checksPool.Get().(*wire.Checks)
+	c.Internal = false
+	return c
+}
 
 // putChecks returns c to the pool; c must not be used afterwards.
 func putChecks(c *wire.Checks) {

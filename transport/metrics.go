@@ -58,6 +58,8 @@ var (
 const (
 	apiGRPC = iota
 	apiHTTP
+	apiGubernatorGRPC // gubernator's API (gubernator.go)
+	apiGubernatorHTTP // its HTTP gateway
 	numAPIs
 )
 
@@ -87,13 +89,13 @@ const (
 const (
 	// numAlgorithmLabels covers every limit.Algorithm plus "unknown" (last),
 	// for items whose algorithm did not convert.
-	numAlgorithmLabels = int(limit.SlidingLog) + 2
+	numAlgorithmLabels = int(limit.GubernatorLeakyBucket) + 2
 	algorithmUnknown   = numAlgorithmLabels - 1
 	numReasonLabels    = int(limit.NotOwner) + 1
 )
 
 var (
-	apiNames     = [numAPIs]string{"grpc", "http"}
+	apiNames     = [numAPIs]string{"grpc", "http", "gubernator_grpc", "gubernator_http"}
 	methodNames  = [numMethods]string{"GetRateLimits", "ForwardRateLimits"}
 	outcomeNames = [numOutcomes]string{"under_limit", "over_limit", "error", "peek"}
 	peerErrNames = [numPeerErrors]string{"timeout", "unavailable", "closed", "other", "overloaded"}
@@ -106,7 +108,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{}
 	m.requestDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Namespace: "shardlimiter", Subsystem: "server", Name: "request_duration_seconds",
-		Help:    "Time to answer one RateLimiter or Peers call, by api (grpc, http), method and status code.",
+		Help:    "Time to answer one RateLimiter or Peers call, by api (grpc, http; gubernator_grpc, gubernator_http: gubernator's API), method and status code.",
 		Buckets: prometheus.ExponentialBuckets(50e-6, 2.5, 12), // 50µs … 1.2s
 	}, []string{"api", "method", "code"})
 	batch := prometheus.NewHistogramVec(prometheus.HistogramOpts{
@@ -210,8 +212,8 @@ var batchBuckets = []float64{1, 2, 5, 10, 20, 50, 100, 200, 500, 1000}
 func (m *Metrics) bindServer(batch *prometheus.HistogramVec, checks, itemErrors *prometheus.CounterVec) {
 	for a := range numAPIs {
 		for meth := range numMethods {
-			if a == apiHTTP && meth == methodForward {
-				continue // Peers is gRPC only
+			if a != apiGRPC && meth == methodForward {
+				continue // Peers is shardlimiter.v1 gRPC only
 			}
 			m.okDuration[a][meth] = m.requestDuration.WithLabelValues(apiNames[a], methodNames[meth], okCode(a))
 			m.batchSize[a][meth] = batch.WithLabelValues(apiNames[a], methodNames[meth])
@@ -232,7 +234,7 @@ func (m *Metrics) bindServer(batch *prometheus.HistogramVec, checks, itemErrors 
 }
 
 func okCode(api int) string {
-	if api == apiHTTP {
+	if api == apiHTTP || api == apiGubernatorHTTP {
 		return "200"
 	}
 	return codes.OK.String()
@@ -244,6 +246,14 @@ func (m *Metrics) observeGRPC(method int, code codes.Code, items int, d time.Dur
 		return
 	}
 	m.observe(apiGRPC, method, code == codes.OK, code.String, items, d)
+}
+
+// observeGRPCAPI records one GetRateLimits call of api answered with code.
+func (m *Metrics) observeGRPCAPI(api int, code codes.Code, items int, d time.Duration) {
+	if m == nil {
+		return
+	}
+	m.observe(api, methodGet, code == codes.OK, code.String, items, d)
 }
 
 // observeHTTP records one HTTP call answered with status.

@@ -158,7 +158,7 @@ func TestPeeksCountedApart(t *testing.T) {
 
 func TestMetricLabelsCoverLimit(t *testing.T) {
 	t.Parallel()
-	if n := len(limit.Algorithms()); n != numAlgorithmLabels-1 {
+	if n := len(limit.Algorithms()) + len(limit.GubernatorAlgorithms()); n != numAlgorithmLabels-1 {
 		t.Errorf("limit has %d algorithms, metrics %d", n, numAlgorithmLabels-1)
 	}
 	if n := len(limit.Reasons()); n != numReasonLabels {

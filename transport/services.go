@@ -99,9 +99,9 @@ type peersServer struct {
 
 func (s *peersServer) newBatch() *checkBatch {
 	if s.h == nil {
-		return &checkBatch{max: DefaultMaxBatch}
+		return &checkBatch{max: DefaultMaxBatch, internal: true}
 	}
-	return &checkBatch{max: s.h.maxBatch, bound: s.h.inflight}
+	return &checkBatch{max: s.h.maxBatch, bound: s.h.inflight, internal: true}
 }
 
 func (s *peersServer) serveChecks(ctx context.Context, in *checkBatch) (any, error) {

@@ -29,7 +29,7 @@ type proc struct {
 	stderr           *syncBuffer
 }
 
-func buildBinary(t *testing.T) string {
+func buildBinary(t testing.TB) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "shardlimiter")
 	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
@@ -40,7 +40,7 @@ func buildBinary(t *testing.T) string {
 }
 
 // freeGossipPort finds a port free for TCP and UDP on every host.
-func freeGossipPort(t *testing.T, hosts ...string) int {
+func freeGossipPort(t testing.TB, hosts ...string) int {
 	t.Helper()
 	for range 50 {
 		l, err := net.Listen("tcp", hosts[0]+":0")
@@ -72,7 +72,7 @@ func freeGossipPort(t *testing.T, hosts ...string) int {
 
 // startProc starts the binary on host with extra flags, and returns once it
 // printed its serving line. Its stderr is kept, and shown if the test fails.
-func startProc(t *testing.T, bin, host string, gossipPort int, join string, extra ...string) *proc {
+func startProc(t testing.TB, bin, host string, gossipPort int, join string, extra ...string) *proc {
 	t.Helper()
 	return startArgs(t, bin, "node-"+host, append([]string{
 		"--http-addr", host + ":0", "--grpc-addr", host + ":0", "--peer-addr", host + ":0",
@@ -82,7 +82,7 @@ func startProc(t *testing.T, bin, host string, gossipPort int, join string, extr
 
 // startArgs starts the binary with args as its whole command line; see
 // startProc.
-func startArgs(t *testing.T, bin, name string, args []string) *proc {
+func startArgs(t testing.TB, bin, name string, args []string) *proc {
 	t.Helper()
 	p := &proc{name: name, stderr: &syncBuffer{}}
 	p.cmd = exec.Command(bin, args...)

@@ -25,6 +25,7 @@ type config struct {
 	grpcAddr      string
 	peerAddr      string
 	healthAddr    string // empty: no separate health listener
+	gubHTTPAddr   string // empty: no gubernator HTTP gateway
 	gossipAddr    string
 	gossipKeyFile string
 	peerTLS       tlsFiles
@@ -76,6 +77,7 @@ func newFlagSet(name string, out io.Writer) (*flag.FlagSet, map[string]*string) 
 	def("grpc-addr", ":8081", "gRPC listen address: the client API (RateLimiter, health, reflection)")
 	def("peer-addr", "", "gRPC listen address for other nodes only: forwarded checks and state transfer (Peers, State); default: the --grpc-addr host, port "+defaultPeerPort+" (:"+defaultPeerPort+" when --grpc-addr names no host)")
 	def("health-addr", "", "optional plain-HTTP listen address serving only /healthz and /readyz, for kubelet probes when the HTTP API uses TLS; empty = none")
+	def("gubernator-http-addr", "", "optional HTTP listen address of gubernator's gateway (POST /v1/GetRateLimits, GET /v1/HealthCheck, GET /v1/LiveCheck; docs/GUBERNATOR.md); empty = none. Its gRPC API, pb.gubernator.V1, is always on --grpc-addr")
 	def("gossip-addr", ":7946", "gossip (memberlist) listen address, TCP and UDP")
 	def("gossip-key-file", "", "file of base64 AES keys (16, 24 or 32 bytes), one per line: the first encrypts, all decrypt; re-read when it changes or on SIGHUP; empty = gossip in plaintext")
 	def("peer-tls-cert-file", "", "PEM certificate this node presents to peers, both as server and as client (mTLS); reloaded when it changes")
@@ -174,6 +176,7 @@ func validate(raw map[string]*string, fromEnv map[string]bool) (config, error) {
 		grpcAddr:      *raw["grpc-addr"],
 		peerAddr:      *raw["peer-addr"],
 		healthAddr:    *raw["health-addr"],
+		gubHTTPAddr:   *raw["gubernator-http-addr"],
 		gossipAddr:    *raw["gossip-addr"],
 		gossipKeyFile: *raw["gossip-key-file"],
 		peerTLS:       tlsFiles{cert: *raw["peer-tls-cert-file"], key: *raw["peer-tls-key-file"], ca: *raw["peer-tls-ca-file"]},
@@ -189,6 +192,9 @@ func validate(raw map[string]*string, fromEnv map[string]bool) (config, error) {
 	addrs := []string{"http-addr", "grpc-addr", "peer-addr", "gossip-addr"}
 	if c.healthAddr != "" {
 		addrs = append(addrs, "health-addr")
+	}
+	if c.gubHTTPAddr != "" {
+		addrs = append(addrs, "gubernator-http-addr")
 	}
 	for _, name := range addrs {
 		if _, port, err := net.SplitHostPort(*raw[name]); err != nil {

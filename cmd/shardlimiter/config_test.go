@@ -88,6 +88,7 @@ func TestConfigRejectsBadValues(t *testing.T) {
 		{[]string{"--peer-addr", "x"}, env(), "--peer-addr: want host:port"},
 		{[]string{"--snapshot-interval", "0s"}, env(), "--snapshot-interval: want a positive duration"},
 		{[]string{"--health-addr", "8083"}, env(), "--health-addr: want host:port"},
+		{nil, env("SHARDLIMITER_GUBERNATOR_HTTP_ADDR", "9080"), "SHARDLIMITER_GUBERNATOR_HTTP_ADDR: want host:port"},
 		{[]string{"--peer-tls-cert-file", "a", "--peer-tls-key-file", "b"}, env(), "needs all three"},
 		{[]string{"--tls-cert-file", "a"}, env(), "needs both"},
 		{[]string{"--tls-client-ca-file", "a"}, env(), "client certificates need TLS"},

@@ -37,6 +37,7 @@ type server struct {
 	grpcLis   net.Listener
 	peerLis   net.Listener
 	healthLis net.Listener // nil without --health-addr
+	gubLis    net.Listener // nil without --gubernator-http-addr
 	gossip    *gossip.Membership
 	node      *peer.Node
 	rls       *rlsServer            // rules and Envoy's rate-limit service (rls.go)
@@ -44,6 +45,7 @@ type server struct {
 	peers     *transport.GRPCServer // peer RPCs
 	http      *http.Server
 	health    *http.Server // nil without --health-addr
+	gubHTTP   *http.Server // gubernator's gateway; nil without --gubernator-http-addr
 	grpcAddr  string       // advertised
 	peerAddr  string       // advertised
 }
@@ -85,6 +87,11 @@ func newServer(cfg config, log *slog.Logger) (s *server, err error) {
 	}
 	if cfg.healthAddr != "" {
 		if s.healthLis, err = listen("health", cfg.healthAddr); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.gubHTTPAddr != "" {
+		if s.gubLis, err = listen("gubernator-http", cfg.gubHTTPAddr); err != nil {
 			return nil, err
 		}
 	}
@@ -164,6 +171,7 @@ func newServer(cfg config, log *slog.Logger) (s *server, err error) {
 	if s.rls, err = newRLS(cfg.rls, s.node, clientBound, bodyBytes, tm, reg, log); err != nil {
 		return nil, err
 	}
+	gub := s.newGubernator(tm, clientBound)
 	clientOpts := transport.ConnLimits{
 		MaxConnectionIdle: cfg.idleTimeout,
 		MaxRecvMsgSize:    transport.MaxRequestBytes(cfg.maxBatch),
@@ -177,6 +185,7 @@ func newServer(cfg config, log *slog.Logger) (s *server, err error) {
 		ShedMethods:   s.rls.shedMethods(),
 		Members:       s.node, // clients learn the ring (package client)
 		Inspector:     ruleInspector{rules: s.rls.store, node: s.node},
+		Gubernator:    gub,
 		MaxBatch:      cfg.maxBatch,
 		Metrics:       tm,
 		InFlight:      clientBound,
@@ -213,6 +222,12 @@ func newServer(cfg config, log *slog.Logger) (s *server, err error) {
 	}
 	if s.healthLis != nil {
 		s.health = newHTTPServer(cfg, transport.NewHealthHandler(s.node.Ready), log)
+	}
+	if s.gubLis != nil {
+		s.gubHTTP = newHTTPServer(cfg, gub.HTTPHandler(), log)
+		if tc := s.sec.serverTLS("h2", "http/1.1"); tc != nil {
+			s.gubLis = transport.TLSListener(s.gubLis, tc, transport.ListenerHTTP, s.sec.refusal)
+		}
 	}
 	return s, nil
 }
@@ -286,12 +301,14 @@ func (s *server) serve(ctx context.Context, stdout io.Writer) error {
 			}
 		})
 	}
-	for name, h := range map[string]*http.Server{"http": s.http, "health": s.health} {
+	for name, h := range map[string]*http.Server{"http": s.http, "health": s.health, "gubernator-http": s.gubHTTP} {
 		lis := s.httpLis
 		if h == nil {
 			continue
 		} else if h == s.health {
 			lis = s.healthLis
+		} else if h == s.gubHTTP {
+			lis = s.gubLis
 		}
 		wg.Go(func() {
 			if err := h.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -311,6 +328,9 @@ func (s *server) serve(ctx context.Context, stdout io.Writer) error {
 	health := ""
 	if s.healthLis != nil {
 		health = " health=" + s.healthLis.Addr().String()
+	}
+	if s.gubLis != nil {
+		health += " gubernator_http=" + s.gubLis.Addr().String()
 	}
 	fmt.Fprintf(stdout, "serving node=%s http=%s grpc=%s peer=%s%s\n", s.node.Name(), s.httpLis.Addr(), s.grpcLis.Addr(), s.peerLis.Addr(), health)
 
@@ -345,7 +365,7 @@ func (s *server) stopServers() {
 	ctx, cancel := context.WithTimeout(context.Background(), deadline)
 	defer cancel()
 	var wg sync.WaitGroup
-	for _, h := range []*http.Server{s.http, s.health} {
+	for _, h := range []*http.Server{s.http, s.health, s.gubHTTP} {
 		if h == nil {
 			continue
 		}

@@ -54,7 +54,7 @@ func (s *syncBuffer) String() string {
 
 // serve runs the server on loopback ports chosen by the kernel and waits
 // for its "serving" line.
-func serve(t *testing.T, extra ...string) *served {
+func serve(t testing.TB, extra ...string) *served {
 	t.Helper()
 	args := append([]string{"--http-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0", "--peer-addr", "127.0.0.1:0", "--gossip-addr", "127.0.0.1:0", "--log-level", "warn"}, extra...)
 	ctx, cancel := context.WithCancel(context.Background())

@@ -27,9 +27,9 @@ var allowed = map[string][]string{
 	"window":            {"limit", "table", "internal/wide"},
 	"ring":              {},
 	"gossip":            {"ring"},
-	"transport":         {"limit", "transport/pb", "transport/internal/wire"},
+	"transport":         {"limit", "transport/pb", "transport/internal/wire", "transport/gubpb"},
 	"transport/pb":      {},
-	"peer":              {"limit", "table", "bucket", "window", "ring", "transport", "snapshot"},
+	"peer":              {"limit", "table", "bucket", "window", "ring", "transport", "snapshot", "gubernator"},
 	"cmd/shardlimiter":  {"*"},
 	"loadtest":          {"limit", "transport", "internal/wide", "client"},
 	"internal/archtest": {},
@@ -66,6 +66,12 @@ var allowed = map[string][]string{
 	// The status page: files embedded in the binary, read over HTTP by the
 	// browser; it knows the API only by its URLs.
 	"statuspage": {},
+	// gubernator's TOKEN_BUCKET and LEAKY_BUCKET, for the drop-in of its
+	// API: a leaf like bucket and window.
+	"gubernator": {"limit", "table"},
+	// gubernator's API, generated (proto/gubernator); its types stay in
+	// transport like pb's.
+	"transport/gubpb": {},
 }
 
 // thirdParty lists, for the packages that are restricted, the modules
@@ -92,7 +98,7 @@ var thirdParty = map[string][]string{
 
 // leaves never read the clock, log or start goroutines (docs/ARCHITECTURE.md):
 // time is the caller's now, and their callers own every goroutine.
-var leaves = map[string]bool{"limit": true, "table": true, "internal/wide": true, "bucket": true, "window": true, "ring": true, "rules": true}
+var leaves = map[string]bool{"limit": true, "table": true, "internal/wide": true, "bucket": true, "window": true, "gubernator": true, "ring": true, "rules": true}
 
 func TestImportDirection(t *testing.T) {
 	root, err := filepath.Abs("../..")

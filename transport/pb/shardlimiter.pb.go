@@ -269,7 +269,12 @@ type RateLimitRequest struct {
 	// FIXED_WINDOW: windows are calendar periods in UTC instead of multiples
 	// of duration_ms since the epoch; duration_ms must then be the longest
 	// such period (WEEK 7 days, MONTH 31 days, YEAR 366 days).
-	Calendar      Calendar `protobuf:"varint,12,opt,name=calendar,proto3,enum=shardlimiter.v1.Calendar" json:"calendar,omitempty"`
+	Calendar Calendar `protobuf:"varint,12,opt,name=calendar,proto3,enum=shardlimiter.v1.Calendar" json:"calendar,omitempty"`
+	// Between nodes only (clients' calls refuse it): the created_at, Unix
+	// ms, of a check of gubernator's API, forwarded to its owner. Such
+	// checks carry algorithm numbers 5 and 6 and behavior flags 8 and 16,
+	// which are internal too (docs/GUBERNATOR.md).
+	CreatedAtMs   int64 `protobuf:"varint,13,opt,name=created_at_ms,json=createdAtMs,proto3" json:"created_at_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -386,6 +391,13 @@ func (x *RateLimitRequest) GetCalendar() Calendar {
 		return x.Calendar
 	}
 	return Calendar_NONE
+}
+
+func (x *RateLimitRequest) GetCreatedAtMs() int64 {
+	if x != nil {
+		return x.CreatedAtMs
+	}
+	return 0
 }
 
 type RateLimitResponse struct {
@@ -687,7 +699,7 @@ var File_shardlimiter_v1_shardlimiter_proto protoreflect.FileDescriptor
 
 const file_shardlimiter_v1_shardlimiter_proto_rawDesc = "" +
 	"\n" +
-	"\"shardlimiter/v1/shardlimiter.proto\x12\x0fshardlimiter.v1\"\xad\x03\n" +
+	"\"shardlimiter/v1/shardlimiter.proto\x12\x0fshardlimiter.v1\"\xd1\x03\n" +
 	"\x10RateLimitRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1d\n" +
 	"\n" +
@@ -703,7 +715,8 @@ const file_shardlimiter_v1_shardlimiter_proto_rawDesc = "" +
 	"\bbehavior\x18\n" +
 	" \x01(\x0e2\x19.shardlimiter.v1.BehaviorR\bbehavior\x12\x18\n" +
 	"\achained\x18\v \x01(\bR\achained\x125\n" +
-	"\bcalendar\x18\f \x01(\x0e2\x19.shardlimiter.v1.CalendarR\bcalendar\"\xfe\x02\n" +
+	"\bcalendar\x18\f \x01(\x0e2\x19.shardlimiter.v1.CalendarR\bcalendar\x12\"\n" +
+	"\rcreated_at_ms\x18\r \x01(\x03R\vcreatedAtMs\"\xfe\x02\n" +
 	"\x11RateLimitResponse\x12/\n" +
 	"\x06status\x18\x01 \x01(\x0e2\x17.shardlimiter.v1.StatusR\x06status\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\x03R\x05limit\x12\x1c\n" +

@@ -45,7 +45,7 @@ func AppendChecks(b []byte, checks []limit.Check, offs []int) ([]byte, error) {
 	return b, nil
 }
 
-// varints are r's varint fields, reqHits to reqCalendar, as protobuf-go
+// varints are r's varint fields, reqHits to reqCreatedAt, as protobuf-go
 // writes them: enums are int32, sign-extended; a bool is 0 or 1.
 func (r *Request) varints() [numReqVarints]uint64 {
 	var chained uint64
@@ -53,7 +53,8 @@ func (r *Request) varints() [numReqVarints]uint64 {
 		chained = 1
 	}
 	return [numReqVarints]uint64{uint64(r.Hits), uint64(r.Limit), uint64(r.DurationMs), uint64(r.Algorithm),
-		uint64(r.Burst), uint64(r.MinIntervalMs), uint64(r.WarmupMs), uint64(r.Behavior), chained, uint64(r.Calendar)}
+		uint64(r.Burst), uint64(r.MinIntervalMs), uint64(r.WarmupMs), uint64(r.Behavior), chained, uint64(r.Calendar),
+		uint64(r.CreatedAtMs)}
 }
 
 // setVarints is the inverse of varints, as proto.Unmarshal reads the
@@ -62,7 +63,7 @@ func (r *Request) varints() [numReqVarints]uint64 {
 func (r *Request) setVarints(v *[numReqVarints]uint64) {
 	r.Hits, r.Limit, r.DurationMs, r.Algorithm = int64(v[0]), int64(v[1]), int64(v[2]), int32(v[3])
 	r.Burst, r.MinIntervalMs, r.WarmupMs, r.Behavior = int64(v[4]), int64(v[5]), int64(v[6]), int32(v[7])
-	r.Chained, r.Calendar = v[8] != 0, int32(v[9])
+	r.Chained, r.Calendar, r.CreatedAtMs = v[8] != 0, int32(v[9]), int64(v[10])
 }
 
 // size is the size of r without its own tag and length.
@@ -95,6 +96,11 @@ func (r *Request) appendItem(b []byte) ([]byte, error) {
 type Checks struct {
 	Checks []limit.Check // the items that converted, in batch order
 	Failed []Failed      // the items that did not, by increasing Index
+	// Internal accepts what only nodes send each other: the gubernator
+	// algorithms, their behavior flags and created_at_ms (see
+	// Request.Check). Set by the Peers server; a client's batch refuses
+	// them.
+	Internal bool
 }
 
 // Failed is an item that did not convert (see Request.Check).
@@ -110,9 +116,9 @@ func (c *Checks) Len() int { return len(c.Checks) + len(c.Failed) }
 
 // Add converts r and appends it to the batch.
 func (c *Checks) Add(r *Request) {
-	check, err := r.Check()
+	check, err := r.check(c.Internal)
 	if err != nil {
-		c.Failed = append(c.Failed, Failed{Index: c.Len(), Algorithm: r.algorithm(), Limit: r.Limit, Err: err})
+		c.Failed = append(c.Failed, Failed{Index: c.Len(), Algorithm: r.algorithmOf(c.Internal), Limit: r.Limit, Err: err})
 		return
 	}
 	c.Checks = append(c.Checks, check)
@@ -218,7 +224,7 @@ func (d *requestDecoder) item(b []byte) error {
 				return err
 			}
 			n = m
-		case typ == protowire.VarintType && num >= reqHits && num <= reqCalendar:
+		case typ == protowire.VarintType && num >= reqHits && num <= reqCreatedAt:
 			varints[num-reqHits], n = protowire.ConsumeVarint(b)
 			if n < 0 {
 				return malformed("request item", n)

@@ -156,7 +156,7 @@ func randRequest(r *rand.Rand) *pb.RateLimitRequest {
 	return &pb.RateLimitRequest{Name: randString(r), UniqueKey: randString(r), Hits: randInt(r), Limit: randInt(r),
 		DurationMs: randInt(r), Algorithm: pb.Algorithm(r.IntN(7) - 1), Burst: randInt(r),
 		MinIntervalMs: randInt(r), WarmupMs: randInt(r), Behavior: pb.Behavior(r.IntN(6) - 1), Chained: r.IntN(2) == 0,
-		Calendar: pb.Calendar(r.IntN(6) - 1)}
+		Calendar: pb.Calendar(r.IntN(6) - 1), CreatedAtMs: []int64{0, 0, 1_700_000_000_000, -1}[r.IntN(4)]}
 }
 
 func TestDecodeChecksMatchesProto(t *testing.T) {

@@ -29,8 +29,13 @@ const (
 	maxPeriodMs = int64(limit.MaxPeriod / time.Millisecond)
 )
 
-// knownBehaviors are the Behavior flags this version understands.
-const knownBehaviors = limit.Reset | limit.CountRejected | limit.Overdraft
+// knownBehaviors are the Behavior flags of shardlimiter's own API;
+// internalBehaviors adds those of the gubernator algorithms, which only
+// nodes send each other.
+const (
+	knownBehaviors    = limit.Reset | limit.CountRejected | limit.Overdraft
+	internalBehaviors = knownBehaviors | limit.DrainOverLimit | limit.Gregorian
+)
 
 // UnknownAlgorithm is the Failed.Algorithm of an item whose algorithm is
 // none of limit's.
@@ -49,6 +54,7 @@ type Request struct {
 	Behavior      int32
 	Chained       bool
 	Calendar      int32
+	CreatedAtMs   int64 // gubernator's created_at: between nodes only
 }
 
 // RequestOf is the request a client sends for c.
@@ -58,10 +64,11 @@ func RequestOf(c *limit.Check) Request {
 		DurationMs: ceilMs(int64(c.Rule.Period)),
 		Algorithm:  int32(c.Rule.Algorithm),
 		Burst:      c.Rule.Burst, MinIntervalMs: ceilMs(int64(c.Rule.MinInterval)),
-		WarmupMs: ceilMs(int64(c.Rule.Warmup)),
-		Behavior: int32(c.Rule.Behavior),
-		Chained:  c.Chained,
-		Calendar: int32(c.Rule.Calendar),
+		WarmupMs:    ceilMs(int64(c.Rule.Warmup)),
+		Behavior:    int32(c.Rule.Behavior),
+		Chained:     c.Chained,
+		Calendar:    int32(c.Rule.Calendar),
+		CreatedAtMs: c.Rule.CreatedAt,
 	}
 }
 
@@ -70,12 +77,31 @@ func RequestOf(c *limit.Check) Request {
 // duration_ms both 0 names a rule of the server's rules file by its name:
 // it converts to a check with a zero Rule, which the server fills in (or
 // the node refuses: limit must be > 0).
-func (r *Request) Check() (limit.Check, error) {
-	if r.algorithm() == UnknownAlgorithm {
+func (r *Request) Check() (limit.Check, error) { return r.check(false) }
+
+// check is Check; internal accepts what only nodes send each other (see
+// Checks.Internal): the gubernator algorithms, whose duration may be 0,
+// their behavior flags, and created_at_ms.
+func (r *Request) check(internal bool) (limit.Check, error) {
+	if r.algorithmOf(internal) == UnknownAlgorithm {
 		return limit.Check{}, fmt.Errorf("unknown algorithm %d", r.Algorithm)
 	}
-	if r.Behavior < 0 || limit.Behavior(r.Behavior)&^knownBehaviors != 0 {
-		return limit.Check{}, fmt.Errorf("unknown behavior flags %#x", uint32(r.Behavior)&^uint32(knownBehaviors))
+	known := knownBehaviors
+	if internal {
+		known = internalBehaviors
+	}
+	if r.Behavior < 0 || limit.Behavior(r.Behavior)&^known != 0 {
+		return limit.Check{}, fmt.Errorf("unknown behavior flags %#x", uint32(r.Behavior)&^uint32(known))
+	}
+	if r.CreatedAtMs != 0 && !internal {
+		return limit.Check{}, fmt.Errorf("created_at_ms is not a field of this API")
+	}
+	minPeriod := int64(1)
+	if limit.Algorithm(r.Algorithm).Gubernator() {
+		if r.DurationMs < 0 || r.DurationMs > limit.MaxGubernatorDuration.Milliseconds() {
+			return limit.Check{}, fmt.Errorf("duration_ms must be in [0, %d], got %d", limit.MaxGubernatorDuration.Milliseconds(), r.DurationMs)
+		}
+		minPeriod = 0
 	}
 	if r.Calendar < 0 || r.Calendar > math.MaxUint8 {
 		return limit.Check{}, fmt.Errorf("unknown calendar %d", r.Calendar)
@@ -83,7 +109,9 @@ func (r *Request) Check() (limit.Check, error) {
 	var period time.Duration
 	if r.Limit != 0 || r.DurationMs != 0 {
 		var err error
-		if period, err = msToDuration("duration_ms", r.DurationMs, 1); err != nil {
+		if minPeriod == 0 {
+			period = time.Duration(r.DurationMs) * time.Millisecond
+		} else if period, err = msToDuration("duration_ms", r.DurationMs, minPeriod); err != nil {
 			return limit.Check{}, err
 		}
 	}
@@ -109,13 +137,19 @@ func (r *Request) Check() (limit.Check, error) {
 			Warmup:      warmup,
 			Behavior:    limit.Behavior(r.Behavior),
 			Calendar:    limit.Calendar(r.Calendar),
+			CreatedAt:   r.CreatedAtMs,
 		},
 	}, nil
 }
 
-// algorithm is r's algorithm, or UnknownAlgorithm.
-func (r *Request) algorithm() limit.Algorithm {
-	if r.Algorithm < 0 || r.Algorithm > int32(limit.SlidingLog) {
+// algorithmOf is r's algorithm, or UnknownAlgorithm; internal accepts the
+// gubernator algorithms.
+func (r *Request) algorithmOf(internal bool) limit.Algorithm {
+	top := int32(limit.SlidingLog)
+	if internal {
+		top = int32(limit.GubernatorLeakyBucket)
+	}
+	if r.Algorithm < 0 || r.Algorithm > top {
 		return UnknownAlgorithm
 	}
 	return limit.Algorithm(r.Algorithm)

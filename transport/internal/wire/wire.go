@@ -66,10 +66,11 @@ const (
 	reqBehavior
 	reqChained // bool
 	reqCalendar
+	reqCreatedAt // peers only: a gubernator check's created_at
 )
 
 // numReqVarints is the number of varint fields of RateLimitRequest.
-const numReqVarints = int(reqCalendar - reqHits + 1)
+const numReqVarints = int(reqCreatedAt - reqHits + 1)
 
 // RateLimitResponse and its metadata map's entries.
 const (

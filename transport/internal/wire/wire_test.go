@@ -60,7 +60,7 @@ func pbRequest(r *Request) *pb.RateLimitRequest {
 func requestOfPB(m *pb.RateLimitRequest) Request {
 	return Request{Name: m.GetName(), Key: m.GetUniqueKey(), Hits: m.GetHits(), Limit: m.GetLimit(),
 		DurationMs: m.GetDurationMs(), Algorithm: int32(m.GetAlgorithm()), Burst: m.GetBurst(),
-		MinIntervalMs: m.GetMinIntervalMs(), WarmupMs: m.GetWarmupMs(), Behavior: int32(m.GetBehavior()), Chained: m.GetChained(), Calendar: int32(m.GetCalendar())}
+		MinIntervalMs: m.GetMinIntervalMs(), WarmupMs: m.GetWarmupMs(), Behavior: int32(m.GetBehavior()), Chained: m.GetChained(), Calendar: int32(m.GetCalendar()), CreatedAtMs: m.GetCreatedAtMs()}
 }
 
 // pbResponse and responseOfPB do the same for answers: Owner and Reason

@@ -1,0 +1,261 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/shardlimiter/shardlimiter/limit"
+	"github.com/shardlimiter/shardlimiter/transport/gubpb"
+	"github.com/shardlimiter/shardlimiter/transport/internal/wire"
+)
+
+// gubernator's API, pb.gubernator.V1 (proto/gubernator/gubernator.proto):
+// GetRateLimits, HealthCheck and LiveCheck over gRPC (served beside
+// RateLimiter when GRPCConfig.Gubernator is set) and its HTTP gateway
+// (gubernatorhttp.go). Each RateLimitReq becomes a limit.Check of the
+// gubernator algorithms (package gubernator decides them), which the node
+// routes, forwards and moves like any other; the answers go back with
+// gubernator's fields, error texts and metadata. docs/GUBERNATOR.md lists
+// what differs on purpose.
+
+// GubernatorMaxBatch is gubernator's bound on the items of one call; more
+// fails the call with OUT_OF_RANGE, as gubernator does.
+const GubernatorMaxBatch = 1000
+
+// GubernatorServiceName is the service, as registered and as health and
+// reflection report it.
+const GubernatorServiceName = "pb.gubernator.V1"
+
+// Gubernator behavior flags (gubernator.proto). BATCHING, NO_BATCHING,
+// GLOBAL and MULTI_REGION change nothing here: every check is decided
+// exactly by its key's owner.
+const (
+	gubGregorian      = int32(gubpb.Behavior_DURATION_IS_GREGORIAN)
+	gubResetRemaining = int32(gubpb.Behavior_RESET_REMAINING)
+	gubDrainOverLimit = int32(gubpb.Behavior_DRAIN_OVER_LIMIT)
+)
+
+// GubernatorHealth is what HealthCheck reports of the node.
+type GubernatorHealth struct {
+	// Healthy: the node is on its ring and answers checks. When false,
+	// HealthCheck fails with Unavailable and Message, as gubernator's does.
+	Healthy bool
+	Message string
+	// Self is this node's client gRPC address; Peers the client gRPC
+	// addresses of every member, this node included.
+	Self  string
+	Peers []string
+}
+
+// GubernatorConfig configures gubernator's API.
+type GubernatorConfig struct {
+	// Checker decides the checks (the node).
+	Checker Checker
+	// Self is the node's name: an answer decided by another node names that
+	// node's address in metadata["owner"], as gubernator does for a
+	// forwarded check.
+	Self string
+	// OwnerAddr returns the client gRPC address of a member by name ("" when
+	// unknown: the name itself is reported).
+	OwnerAddr func(name string) string
+	// Health reports the node for HealthCheck; nil reports healthy, alone.
+	Health func() GubernatorHealth
+	// Closing reports that the node is shutting down: LiveCheck then fails
+	// with Unavailable, as gubernator's does. Nil: never.
+	Closing func() bool
+	// Metrics records every call (api gubernator_grpc, gubernator_http);
+	// nil records nothing.
+	Metrics *Metrics
+	// InFlight bounds the checks in progress, as for RateLimiter; nil: none.
+	InFlight *InFlight
+}
+
+// Gubernator serves gubernator's API. Its methods are safe for concurrent
+// use.
+type Gubernator struct {
+	gubpb.UnimplementedV1Server
+	cfg GubernatorConfig
+}
+
+// NewGubernator returns the service; it starts nothing.
+func NewGubernator(cfg GubernatorConfig) *Gubernator { return &Gubernator{cfg: cfg} }
+
+// GetRateLimits answers a batch, as gubernator's V1.GetRateLimits.
+func (g *Gubernator) GetRateLimits(ctx context.Context, req *gubpb.GetRateLimitsReq) (*gubpb.GetRateLimitsResp, error) {
+	start := time.Now()
+	resp, err := g.getRateLimits(ctx, req, listenerGRPC)
+	g.cfg.Metrics.observeGRPCAPI(apiGubernatorGRPC, Code(err), len(req.GetRequests()), time.Since(start))
+	if err != nil {
+		return nil, gubernatorStatus(err)
+	}
+	return resp, nil
+}
+
+// gubernatorStatus is the status a failed call answers: its own when it
+// has one (gubernator's refusals), else grpcError's.
+func gubernatorStatus(err error) error {
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	return grpcError(err)
+}
+
+// errGubernatorBatch is gubernator's refusal of a batch over its bound.
+var errGubernatorBatch = status.Errorf(codes.OutOfRange,
+	"Requests.RateLimits list too large; max size is '%d'", GubernatorMaxBatch)
+
+// getRateLimits answers a batch received on listener (listenerGRPC or
+// listenerHTTP, for the shed metric).
+func (g *Gubernator) getRateLimits(ctx context.Context, req *gubpb.GetRateLimitsReq, listener int) (*gubpb.GetRateLimitsResp, error) {
+	items := req.GetRequests()
+	if len(items) > GubernatorMaxBatch {
+		return nil, errGubernatorBatch
+	}
+	units, err := g.cfg.InFlight.acquireChecks(len(items), g.cfg.Metrics, listener)
+	if err != nil {
+		return nil, err
+	}
+	defer g.cfg.InFlight.Release(units)
+	out := make([]*gubpb.RateLimitResp, len(items))
+	checks := make([]limit.Check, 0, len(items))
+	idx := make([]int, 0, len(items))
+	var t tally
+	for i, r := range items {
+		c, err := gubernatorCheck(r)
+		if err != nil {
+			out[i] = &gubpb.RateLimitResp{Error: err.Error()}
+			t.item(c.Rule.Algorithm, c.Hits, &limit.Result{Error: err.Error(), Reason: limit.Invalid})
+			continue
+		}
+		checks, idx = append(checks, c), append(idx, i)
+	}
+	if len(checks) > 0 {
+		if g.cfg.Checker == nil {
+			return nil, fmt.Errorf("transport: no checker configured: %w", ErrUnavailable)
+		}
+		results, err := g.cfg.Checker.Check(ctx, checks)
+		if err != nil {
+			return nil, err
+		}
+		if len(results) != len(checks) {
+			return nil, fmt.Errorf("transport: checker answered %d of %d checks", len(results), len(checks))
+		}
+		for j, i := range idx {
+			out[i] = g.response(&results[j], &checks[j])
+			t.item(checks[j].Rule.Algorithm, checks[j].Hits, &results[j])
+		}
+	}
+	g.cfg.Metrics.add(&t)
+	return &gubpb.GetRateLimitsResp{Responses: out}, nil
+}
+
+// gubernatorCheck converts one item, checking what gubernator checks, in
+// its order and with its texts; limit.Check.Validate (on the node) checks
+// the rest.
+func gubernatorCheck(r *gubpb.RateLimitReq) (limit.Check, error) {
+	c := limit.Check{Name: r.GetName(), Key: r.GetUniqueKey(), Hits: r.GetHits()}
+	switch r.GetAlgorithm() {
+	case gubpb.Algorithm_TOKEN_BUCKET:
+		c.Rule.Algorithm = limit.GubernatorTokenBucket
+	case gubpb.Algorithm_LEAKY_BUCKET:
+		c.Rule.Algorithm = limit.GubernatorLeakyBucket
+	default:
+		c.Rule.Algorithm = wire.UnknownAlgorithm
+	}
+	switch {
+	case c.Key == "":
+		return c, errors.New("field 'unique_key' cannot be empty")
+	case c.Name == "":
+		return c, errors.New("field 'namespace' cannot be empty")
+	case c.Rule.Algorithm == wire.UnknownAlgorithm:
+		return c, itemError(&c, "", fmt.Sprintf("Invalid rate limit algorithm '%d'", int32(r.GetAlgorithm())))
+	}
+	d := r.GetDuration()
+	if d < 0 || d > limit.MaxGubernatorDuration.Milliseconds() {
+		return c, fmt.Errorf("duration must be in [0, %d], got %d", limit.MaxGubernatorDuration.Milliseconds(), d)
+	}
+	c.Rule.Limit, c.Rule.Period, c.Rule.Burst = r.GetLimit(), time.Duration(d)*time.Millisecond, r.GetBurst()
+	b := int32(r.GetBehavior())
+	if b&gubGregorian != 0 {
+		c.Rule.Behavior |= limit.Gregorian
+	}
+	if b&gubResetRemaining != 0 {
+		c.Rule.Behavior |= limit.Reset
+	}
+	if b&gubDrainOverLimit != 0 {
+		c.Rule.Behavior |= limit.DrainOverLimit
+	}
+	c.Rule.CreatedAt = r.GetCreatedAt()
+	return c, nil
+}
+
+// itemError is an item error of the algorithms as gubernator words
+// it when the node called owns the key: wrapped with the key (name_key),
+// the worker pool's step and, for an algorithm's own error, its name.
+func itemError(c *limit.Check, algorithm, msg string) error {
+	if algorithm != "" {
+		msg = "Error in " + algorithm + ": " + msg
+	}
+	return fmt.Errorf("Error while apply rate limit for '%s_%s': during workerPool.GetRateLimit: %s", c.Name, c.Key, msg)
+}
+
+// response is the RateLimitResp of the result of c.
+func (g *Gubernator) response(r *limit.Result, c *limit.Check) *gubpb.RateLimitResp {
+	if r.Error != "" {
+		msg := r.Error
+		if msg == limit.ErrGregorianWeeks.Error() || msg == limit.ErrGregorianUnit.Error() {
+			algorithm := "tokenBucket"
+			if c.Rule.Algorithm == limit.GubernatorLeakyBucket {
+				algorithm = "leakyBucket"
+			}
+			msg = itemError(c, algorithm, msg).Error()
+		}
+		return &gubpb.RateLimitResp{Error: msg}
+	}
+	out := &gubpb.RateLimitResp{Limit: c.Rule.Limit, Remaining: r.Remaining, ResetTime: r.ResetAt / int64(time.Millisecond)}
+	if !r.Allowed {
+		out.Status = gubpb.Status_OVER_LIMIT
+	}
+	if r.Owner != "" && r.Owner != g.cfg.Self {
+		addr := r.Owner
+		if g.cfg.OwnerAddr != nil {
+			if a := g.cfg.OwnerAddr(r.Owner); a != "" {
+				addr = a
+			}
+		}
+		out.Metadata = map[string]string{"owner": addr}
+	}
+	return out
+}
+
+// HealthCheck reports the node and its peers, as gubernator's does: an
+// unhealthy node fails the call with Unavailable.
+func (g *Gubernator) HealthCheck(context.Context, *gubpb.HealthCheckReq) (*gubpb.HealthCheckResp, error) {
+	h := GubernatorHealth{Healthy: true}
+	if g.cfg.Health != nil {
+		h = g.cfg.Health()
+	}
+	if !h.Healthy {
+		return nil, status.Error(codes.Unavailable, h.Message)
+	}
+	resp := &gubpb.HealthCheckResp{Status: "healthy", PeerCount: int32(len(h.Peers)), AdvertiseAddress: h.Self,
+		LocalPeers: make([]*gubpb.PeerHealthResp, 0, len(h.Peers)), RegionPeers: []*gubpb.PeerHealthResp{}}
+	for _, p := range h.Peers {
+		resp.LocalPeers = append(resp.LocalPeers, &gubpb.PeerHealthResp{GrpcAddress: p})
+	}
+	return resp, nil
+}
+
+// LiveCheck answers while the node serves, and fails with Unavailable
+// once it is shutting down.
+func (g *Gubernator) LiveCheck(context.Context, *gubpb.LiveCheckReq) (*gubpb.LiveCheckResp, error) {
+	if g.cfg.Closing != nil && g.cfg.Closing() {
+		return nil, status.Error(codes.Unavailable, "server is shutting down")
+	}
+	return &gubpb.LiveCheckResp{}, nil
+}
