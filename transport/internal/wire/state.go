@@ -203,7 +203,7 @@ func DecodePush(data []byte, maxKeys int) (Push, error) {
 	keys := string(keyBuf) // one allocation for every key
 	p.Keys = make([]limit.KeyState, len(spans))
 	for i, sp := range spans {
-		if sp.alg < 0 || sp.alg > int32(limit.SlidingLog) {
+		if sp.alg < 0 || sp.alg > int32(limit.GubernatorLeakyBucket) { // the gubernator algorithms' numbers are internal: nodes move their keys too
 			return Push{}, fmt.Errorf("transport: key state %d: unknown algorithm %d", i, sp.alg)
 		}
 		p.Keys[i] = limit.KeyState{Algorithm: limit.Algorithm(sp.alg), Key: keys[sp.keyFrom:sp.keyTo]}

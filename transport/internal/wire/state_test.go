@@ -70,7 +70,7 @@ func protoPush(data []byte) (Push, error) {
 	p := Push{From: m.GetFrom(), Transfer: int32(m.GetTransfer()), Partitions: m.GetPartitions()}
 	p.Keys = make([]limit.KeyState, len(m.GetKeys()))
 	for i, k := range m.GetKeys() {
-		if a := k.GetAlgorithm(); a < pb.Algorithm_TOKEN_BUCKET || a > pb.Algorithm_SLIDING_LOG {
+		if a := k.GetAlgorithm(); a < pb.Algorithm_TOKEN_BUCKET || a > pb.Algorithm(limit.GubernatorLeakyBucket) {
 			return Push{}, fmt.Errorf("key state %d: unknown algorithm %d", i, a)
 		}
 		p.Keys[i] = limit.KeyState{Algorithm: limit.Algorithm(k.GetAlgorithm()), Key: string(k.GetKey())}
