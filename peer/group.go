@@ -68,20 +68,20 @@ func (n *Node) decideRun(kb *keyBuf, g []limit.Check, out []limit.Result, now in
 func (n *Node) decideGroup(kb *keyBuf, g []limit.Check, out []limit.Result, now int64) {
 	mu := n.groups.lock(g[0].Key)
 	defer mu.Unlock()
-	var refused [limit.MaxGroup]bool
-	admit := true
-	if overdrafts(g) {
-		for i := range g {
-			out[i] = n.decide(kb, &g[i], now)
-			refused[i] = !out[i].Allowed
-			admit = admit && !refused[i]
-		}
-		if admit {
-			return
-		}
-		refuseGroup(g, out, refused[:len(g)], now)
+	var buf [limit.MaxGroup]bool
+	refused := buf[:len(g)]
+	// A group whose checks all count every hit (limit.Overdraft) needs no
+	// dry run: its takes count whether they admit or not.
+	if (overdrafts(g) || n.dryRun(kb, g, out, refused, now)) && n.takeAll(kb, g, out, refused, now) {
 		return
 	}
+	refuseGroup(g, out, refused, now)
+}
+
+// dryRun peeks every check of g into out and reports whether each would
+// admit its hits; refused[i] says which would not.
+func (n *Node) dryRun(kb *keyBuf, g []limit.Check, out []limit.Result, refused []bool, now int64) bool {
+	admit := true
 	for i := range g {
 		c := &g[i]
 		d := n.limiters[c.Rule.Algorithm].Take(kb.key(c.Name, c.Key), now, c.Rule, 0)
@@ -95,17 +95,19 @@ func (n *Node) decideGroup(kb *keyBuf, g []limit.Check, out []limit.Result, now 
 		refused[i] = c.Hits > 0 && !d.Allowed || d.Remaining < c.Hits
 		admit = admit && !refused[i]
 	}
-	if admit {
-		for i := range g {
-			out[i] = n.decide(kb, &g[i], now)
-			refused[i] = !out[i].Allowed
-			admit = admit && !refused[i]
-		}
-		if admit {
-			return
-		}
+	return admit
+}
+
+// takeAll takes every check of g into out and reports whether each
+// admitted; refused[i] says which did not.
+func (n *Node) takeAll(kb *keyBuf, g []limit.Check, out []limit.Result, refused []bool, now int64) bool {
+	admit := true
+	for i := range g {
+		out[i] = n.decide(kb, &g[i], now)
+		refused[i] = !out[i].Allowed
+		admit = admit && !refused[i]
 	}
-	refuseGroup(g, out, refused[:len(g)], now)
+	return admit
 }
 
 // overdrafts reports whether every check of g has limit.Overdraft.
