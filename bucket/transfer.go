@@ -1,6 +1,11 @@
 package bucket
 
-import "github.com/shardlimiter/shardlimiter/table"
+import (
+	"sync"
+
+	"github.com/shardlimiter/shardlimiter/limit"
+	"github.com/shardlimiter/shardlimiter/table"
+)
 
 // The table side of moving state (state.go has the format and the merge).
 //
@@ -99,6 +104,52 @@ func (k *keyTable) Import(key string, state []byte, now int64, mark bool) error 
 		}
 	}
 }
+
+// ImportEach is Import of many key states at once: states[i].State into
+// states[i].Key for each i, looking the keys up shard by shard
+// (table.GetEach) rather than one at a time. It calls bad with the index
+// and error of each state that does not decode (that key is left as it
+// was). Safe for concurrent use.
+func (k *keyTable) ImportEach(states []limit.KeyState, now int64, mark bool, bad func(i int, err error)) {
+	now = clampNow(now)
+	sc := importScratches.Get().(*importScratch)
+	defer importScratches.Put(sc)
+	sc.idx, sc.in = sc.idx[:0], sc.in[:0]
+	for i := range states {
+		in, err := decodeImage(states[i].State, k.shaping)
+		if err != nil {
+			bad(i, err)
+			continue
+		}
+		if in.freshAt(now) {
+			continue
+		}
+		sc.idx, sc.in = append(sc.idx, int32(i)), append(sc.in, in)
+	}
+	k.t.GetEach(len(sc.idx), func(j int) string { return states[sc.idx[j]].Key }, now, &sc.each,
+		func(j int, e *table.Entry[keyState]) {
+			key := states[sc.idx[j]].Key
+			for {
+				changed, ok := importLocked(e, sc.in[j], now)
+				if ok {
+					if changed && mark {
+						k.t.MarkChanged(key, e)
+					}
+					return
+				}
+				e = k.t.Get(key, now)
+			}
+		})
+}
+
+// importScratch is ImportEach's buffers, pooled (importScratches).
+type importScratch struct {
+	idx  []int32
+	in   []keyImage
+	each table.EachScratch[keyState]
+}
+
+var importScratches = sync.Pool{New: func() any { return new(importScratch) }}
 
 // importLocked merges in into e under its mutex and the pending fence. It
 // reports whether e changed, and ok false when e was retired.

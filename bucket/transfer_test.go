@@ -461,3 +461,86 @@ func TestExportChangedIsChangedThenExport(t *testing.T) {
 		}
 	}
 }
+
+// TestImportEachIsImportOfEach imports the same states key by key into one
+// table and at once into another (with malformed states, fresh states and
+// a key twice among them): both end with the same states and the same
+// marks, and ImportEach reports exactly the malformed ones.
+func TestImportEachIsImportOfEach(t *testing.T) {
+	t.Parallel()
+	for _, tc := range mergeCases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			rng := rand.New(rand.NewPCG(7, 11))
+			rules := tc.rules(rng)
+			src, prime := tc.fresh(), tc.fresh()
+			one, each := tc.fresh().(interface {
+				limit.StateMover
+				limit.Limiter
+			}), tc.fresh()
+			var states []limit.KeyState
+			for i := range 400 {
+				k := fmt.Sprint("k", i%350) // keys 0..49 twice
+				r := rules[i%len(rules)]
+				playRandom(rng, src, k, r, t0, t0+int64(sec), 1+rng.IntN(5))
+				if i%3 == 0 { // the receivers hold some keys already, the same states
+					playRandom(rng, prime, k, r, t0, t0+int64(sec), 1+rng.IntN(5))
+					if st, ok := prime.(limit.StateMover).Export(k, t0+int64(sec)); ok {
+						for _, l := range []limit.Limiter{one, each} {
+							if err := l.(limit.StateMover).Import(k, st, t0+int64(sec), false); err != nil {
+								t.Fatal(err)
+							}
+						}
+					}
+				}
+				st, ok := src.(limit.StateMover).Export(k, t0+int64(sec))
+				if !ok {
+					continue
+				}
+				states = append(states, limit.KeyState{Key: k, State: st})
+			}
+			states = append(states, limit.KeyState{Key: "bad", State: []byte{1}}, limit.KeyState{Key: "k1", State: nil})
+			one.TrackChanges(true)
+			each.(limit.StateMover).TrackChanges(true)
+			now := t0 + int64(sec) + int64(ms)
+			for _, ks := range states {
+				_ = one.Import(ks.Key, ks.State, now, true)
+			}
+			var bad []int
+			each.(interface {
+				ImportEach([]limit.KeyState, int64, bool, func(int, error))
+			}).ImportEach(states, now, true, func(i int, err error) {
+				if err == nil {
+					t.Errorf("bad(%d, nil)", i)
+				}
+				bad = append(bad, i)
+			})
+			sort.Ints(bad)
+			if want := []int{len(states) - 2, len(states) - 1}; !reflect.DeepEqual(bad, want) {
+				t.Fatalf("ImportEach refused %v, want %v", bad, want)
+			}
+			markedOne, markedEach := drainSorted(one), drainSorted(each.(limit.StateMover))
+			if len(markedOne) < 100 || !reflect.DeepEqual(markedOne, markedEach) {
+				t.Fatalf("marked keys differ: Import %v, ImportEach %v", markedOne, markedEach)
+			}
+			for i := range 350 {
+				k := fmt.Sprint("k", i)
+				a, okA := one.Export(k, now)
+				b, okB := each.(limit.StateMover).Export(k, now)
+				if okA != okB || !bytes.Equal(a, b) {
+					t.Fatalf("key %q: Import gives %x (%v), ImportEach %x (%v)", k, a, okA, b, okB)
+				}
+			}
+			if one.(interface{ Len() int }).Len() != each.(interface{ Len() int }).Len() {
+				t.Fatal("the two tables hold different key counts")
+			}
+		})
+	}
+}
+
+func drainSorted(m limit.StateMover) []string {
+	var keys []string
+	m.Changed(1<<20, func(k string) { keys = append(keys, k) })
+	sort.Strings(keys)
+	return keys
+}

@@ -449,17 +449,34 @@ func (n *Node) importKeys(keys []limit.KeyState, why limit.Transfer) {
 	now := n.cfg.Now().UnixNano()
 	bad := 0
 	var first error
-	for _, k := range keys {
-		if int(k.Algorithm) >= len(n.limiters) {
+	refuse := func(err error) {
+		if first == nil {
+			first = err
+		}
+		bad++
+	}
+	mark := why != limit.Replica
+	for i := 0; i < len(keys); {
+		a := keys[i].Algorithm
+		if int(a) >= len(n.limiters) {
 			bad++
+			i++
 			continue
 		}
-		if err := n.limiters[k.Algorithm].Import(k.Key, k.State, now, why != limit.Replica); err != nil {
-			if first == nil {
-				first = err
+		l := n.limiters[a]
+		if each, ok := l.(eachImporter); ok { // the run of keys of a, at once
+			j := i + 1
+			for j < len(keys) && keys[j].Algorithm == a {
+				j++
 			}
-			bad++
+			each.ImportEach(keys[i:j], now, mark, func(_ int, err error) { refuse(err) })
+			i = j
+			continue
 		}
+		if err := l.Import(keys[i].Key, keys[i].State, now, mark); err != nil {
+			refuse(err)
+		}
+		i++
 	}
 	n.m.transferReceived[why].Add(float64(len(keys) - bad))
 	if len(keys) > bad {
@@ -469,6 +486,13 @@ func (n *Node) importKeys(keys []limit.KeyState, why limit.Transfer) {
 		n.m.transferMalformed.Add(float64(bad))
 		n.log.Warn("state transfer: keys refused", "transfer", why.String(), "refused", bad, "of", len(keys), "err", first)
 	}
+}
+
+// eachImporter is a table that imports many key states at once, looking
+// them up shard by shard (bucket's ImportEach); the others import key by
+// key.
+type eachImporter interface {
+	ImportEach(states []limit.KeyState, now int64, mark bool, bad func(i int, err error))
 }
 
 // Push merges key states sent by another node (transport.StateService).

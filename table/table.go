@@ -252,6 +252,11 @@ func (t *Table[S]) Get(key string, now int64) *Entry[S] {
 		}
 		return e
 	}
+	return t.getIn(sh, key, now)
+}
+
+// getIn is Get's slow path for a key of sh that was absent or retired.
+func (t *Table[S]) getIn(sh *shard[S], key string, now int64) *Entry[S] {
 	e, first := t.insert(sh, key, now)
 	if first && t.onFirst != nil {
 		t.onFirst()
@@ -260,6 +265,88 @@ func (t *Table[S]) Get(key string, now int64) *Entry[S] {
 		t.budget.reclaim(e)
 	}
 	return e
+}
+
+// GetEach is Get of n keys at once: it calls fn(i, e) with the live entry
+// of key(i) for every i < n. The keys are grouped by shard and each
+// shard's keys are looked up under one read lock, so a large batch (an
+// imported push) takes a shard's lock once rather than once per key;
+// absent keys are inserted as Get inserts them. fn runs with no lock of
+// the table held, in shard order rather than in the order of i, and the
+// entry it gets may be retired meanwhile, as with Get. scratch, when not
+// nil, is reused for the grouping and returned for the next call.
+func (t *Table[S]) GetEach(n int, key func(i int) string, now int64, scratch *EachScratch[S], fn func(i int, e *Entry[S])) {
+	if n == 0 {
+		return
+	}
+	if scratch == nil {
+		scratch = &EachScratch[S]{}
+	}
+	// Counting sort of 0..n-1 by shard.
+	sc := scratch
+	sc.shard = sized(sc.shard, n)
+	sc.order = sized(sc.order, n)
+	sc.start = sized(sc.start, len(t.shards)+1)
+	clear(sc.start)
+	for i := range n {
+		s := uint32(maphash.String(t.seed, key(i)) & t.mask)
+		sc.shard[i] = s
+		sc.start[s+1]++
+	}
+	for s := 1; s < len(sc.start); s++ {
+		sc.start[s] += sc.start[s-1]
+	}
+	for i := range n {
+		s := sc.shard[i]
+		sc.order[sc.start[s]] = int32(i)
+		sc.start[s]++
+	}
+	// start[s] is now the end of shard s's run.
+	sc.entries = sized(sc.entries, n)
+	from := int32(0)
+	for s := range t.shards {
+		to := sc.start[s]
+		if to == from {
+			continue
+		}
+		sh := &t.shards[s]
+		run := sc.order[from:to]
+		sh.mu.RLock()
+		for j, i := range run {
+			sc.entries[from+int32(j)] = sh.m[key(int(i))]
+		}
+		sh.mu.RUnlock()
+		for j, i := range run {
+			e := sc.entries[from+int32(j)]
+			sc.entries[from+int32(j)] = nil
+			if e != nil && !e.Dead() {
+				if u := e.used.Load(); now-u > touchGranularity || now < u {
+					e.used.CompareAndSwap(u, now&^markBit|u&markBit)
+				}
+			} else {
+				e = t.getIn(sh, key(int(i)), now)
+			}
+			fn(int(i), e)
+		}
+		from = to
+	}
+}
+
+// EachScratch holds GetEach's buffers between calls. Its zero value is
+// ready; it is not safe for concurrent use.
+type EachScratch[S any] struct {
+	shard   []uint32
+	order   []int32
+	start   []int32
+	entries []*Entry[S]
+}
+
+// sized returns b with length n, reusing its array when large enough.
+func sized[T any](b []T, n int) []T {
+	if cap(b) < n {
+		return make([]T, n)
+	}
+	return b[:n]
 }
 
 // Lookup returns the live entry for key like Get when insert is true.

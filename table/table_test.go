@@ -297,3 +297,47 @@ func TestOnFirstKeyOnlyWhenEmpty(t *testing.T) {
 		t.Fatalf("OnFirstKey after the table emptied and took c: %d calls, want 2", got)
 	}
 }
+
+func TestGetEachFindsAndInsertsEveryKey(t *testing.T) {
+	t.Parallel()
+	tb := New(Config{MaxKeys: 10_000, Shards: 16}, retireZero)
+	for i := 0; i < 300; i += 2 { // the even keys exist, with word i
+		add(tb, fmt.Sprint("k", i), 1, int64(i))
+	}
+	tb.Delete("k10") // retired: GetEach must not hand out the dead entry
+	keys := make([]string, 300)
+	for i := range keys {
+		keys[i] = fmt.Sprint("k", i)
+	}
+	keys[7] = "k4" // a key twice in one call gets the same entry
+	var sc EachScratch[struct{}]
+	for round := range 2 { // the second round reuses the scratch
+		got := make([]*Entry[struct{}], len(keys))
+		tb.GetEach(len(keys), func(i int) string { return keys[i] }, 2, &sc, func(i int, e *Entry[struct{}]) {
+			if got[i] != nil {
+				t.Errorf("round %d: fn called twice for %d", round, i)
+			}
+			got[i] = e
+		})
+		for i, e := range got {
+			if e == nil || e.Dead() {
+				t.Fatalf("round %d: key %q: entry %v, want a live one", round, keys[i], e)
+			}
+			if e != tb.Get(keys[i], 3) {
+				t.Fatalf("round %d: key %q: GetEach's entry is not Get's", round, keys[i])
+			}
+			want, n := int64(0), 0
+			fmt.Sscanf(keys[i], "k%d", &n)
+			if n%2 == 0 && n != 10 {
+				want = int64(n)
+			}
+			if e.Word.Load() != want {
+				t.Fatalf("key %q: word %d, want %d", keys[i], e.Word.Load(), want)
+			}
+		}
+		if n := tb.Len(); n != 299 {
+			t.Fatalf("round %d: Len %d after GetEach, want 299 (every distinct key once)", round, n)
+		}
+	}
+	tb.GetEach(0, nil, 4, nil, func(int, *Entry[struct{}]) { t.Fatal("fn called for no keys") })
+}
