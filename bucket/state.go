@@ -138,9 +138,14 @@ func (s keyImage) freshAt(now int64) bool {
 	return s.limit == 0 || s.tat <= now && (!s.warm || s.coolTo(now) >= s.maxp)
 }
 
+// maxImageSize bounds the length of an encoded state.
+const maxImageSize = 2 + 4*binary.MaxVarintLen64 + 16
+
 // encodeImage encodes a key's state (see the format above).
-func encodeImage(s keyImage) []byte {
-	b := make([]byte, 0, 2+4*binary.MaxVarintLen64+16)
+func encodeImage(s keyImage) []byte { return appendImage(make([]byte, 0, maxImageSize), s) }
+
+// appendImage appends a key's encoded state to b.
+func appendImage(b []byte, s keyImage) []byte {
 	kind := byte(limit.TokenBucket)
 	switch {
 	case s.shaping:

@@ -51,27 +51,48 @@ func (k *keyTable) Export(key string, now int64) (state []byte, ok bool) {
 
 // exportEntry is Export of the key whose entry is e.
 func (k *keyTable) exportEntry(e *table.Entry[keyState], now int64) (state []byte, ok bool) {
-	e.Mu.Lock()
-	w := e.Word.Load()
-	s := imageOf(e, w, k.shaping)
-	e.Mu.Unlock()
-	if w == table.Dead || s.freshAt(now) {
+	s, ok := k.imageAt(e, now)
+	if !ok {
 		return nil, false
 	}
 	return encodeImage(s), true
 }
 
+// imageAt reads e's state, ok false when e is retired or its state is
+// fresh at now (nothing worth moving).
+func (k *keyTable) imageAt(e *table.Entry[keyState], now int64) (keyImage, bool) {
+	e.Mu.Lock()
+	w := e.Word.Load()
+	s := imageOf(e, w, k.shaping)
+	e.Mu.Unlock()
+	return s, w != table.Dead && !s.freshAt(now)
+}
+
+// exportSlab is the size of the buffers ExportChanged encodes states into.
+const exportSlab = 16 << 10
+
 // ExportChanged drains up to max keys marked changed, as Changed does, and
 // calls fn with each one's state at now (Unix ns) as Export returns it,
 // skipping those Export would not return; it returns how many keys it
 // drained. It reads each state through the entry the change list holds,
-// not through a second lookup of the key. Safe for concurrent use.
+// not through a second lookup of the key, and encodes the states into a
+// few shared buffers rather than one allocation each: a state fn gets
+// stays valid (it is never overwritten) but shares its array with others.
+// Safe for concurrent use.
 func (k *keyTable) ExportChanged(max int, now int64, fn func(key string, state []byte)) int {
 	now = clampNow(now)
+	var buf []byte
 	return k.t.DrainChangedEntries(max, func(key string, e *table.Entry[keyState]) {
-		if st, ok := k.exportEntry(e, now); ok {
-			fn(key, st)
+		s, ok := k.imageAt(e, now)
+		if !ok {
+			return
 		}
+		if cap(buf)-len(buf) < maxImageSize {
+			buf = make([]byte, 0, exportSlab)
+		}
+		from := len(buf)
+		buf = appendImage(buf, s)
+		fn(key, buf[from:len(buf):len(buf)])
 	})
 }
 

@@ -462,6 +462,37 @@ func TestExportChangedIsChangedThenExport(t *testing.T) {
 	}
 }
 
+// TestExportChangedStatesStayValid keeps every state ExportChanged hands
+// out (more than fill one of its shared buffers) and appends to each: none
+// is overwritten by a later one, and appending to one does not write into
+// the next.
+func TestExportChangedStatesStayValid(t *testing.T) {
+	t.Parallel()
+	l := NewTokenBucket(table.Config{TrackChanges: true})
+	r := limit.Rule{Limit: 1000, Period: time.Hour}
+	const keys = 5000
+	want := map[string]string{}
+	for i := range keys {
+		k := fmt.Sprint("k", i)
+		l.Take(k, t0, r, int64(1+i%900))
+		st, _ := l.Export(k, t0)
+		want[k] = string(st)
+	}
+	got := map[string][]byte{}
+	l.ExportChanged(keys, t0, func(k string, st []byte) { got[k] = st })
+	if len(got) != keys {
+		t.Fatalf("ExportChanged handed out %d states, want %d", len(got), keys)
+	}
+	for _, st := range got {
+		_ = append(st, 0xff, 0xff) // must not reach the next state
+	}
+	for k, st := range got {
+		if string(st) != want[k] {
+			t.Fatalf("state of %q = %x after the drain, want %x", k, st, want[k])
+		}
+	}
+}
+
 // TestImportEachIsImportOfEach imports the same states key by key into one
 // table and at once into another (with malformed states, fresh states and
 // a key twice among them): both end with the same states and the same

@@ -98,11 +98,15 @@ func (n *Node) replicateLoop(ctx context.Context) {
 func (n *Node) replicateOnce(ctx context.Context, backlog replicaBacklog) (drained, sent int) {
 	v := n.view.Load()
 	now := n.cfg.Now().UnixNano()
-	by := map[string][]limit.KeyState{}
-	to := map[string]ring.Member{}
+	// A destination's keys, looked up once per key (no map write).
+	type dest struct {
+		m  ring.Member
+		ks []limit.KeyState
+	}
+	by := map[string]*dest{}
 	for name, ks := range backlog {
 		if i := v.snap.IndexOf(name); i >= 0 {
-			by[name], to[name] = ks, v.snap.Member(i)
+			by[name] = &dest{m: v.snap.Member(i), ks: ks}
 		}
 		delete(backlog, name) // a node no longer on the ring gets nothing more
 	}
@@ -113,22 +117,27 @@ func (n *Node) replicateOnce(ctx context.Context, backlog replicaBacklog) (drain
 		}
 		drained += l.ExportChanged(maxReplicaKeys, now, func(key string, st []byte) {
 			uk := uniqueKeyOf(key)
-			var dest ring.Member
+			var m ring.Member
 			if o := v.snap.OwnerIndex(uk); o != v.self {
-				dest = v.snap.Member(o)
+				m = v.snap.Member(o)
 			} else if v.backup != nil {
-				dest = v.backup.Owner(uk)
+				m = v.backup.Owner(uk)
 			} else {
 				return
 			}
-			by[dest.Name] = append(by[dest.Name], limit.KeyState{Algorithm: limit.Algorithm(a), Key: key, State: st})
-			to[dest.Name] = dest
+			d := by[m.Name]
+			if d == nil {
+				d = &dest{m: m}
+				by[m.Name] = d
+			}
+			d.ks = append(d.ks, limit.KeyState{Algorithm: limit.Algorithm(a), Key: key, State: st})
 		})
 	}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
-	for name, ks := range by {
-		if !n.peers.allowed(to[name]) {
+	for name, d := range by {
+		ks := d.ks
+		if !n.peers.allowed(d.m) {
 			backlog.keep(name, ks, n.m)
 			continue
 		}
@@ -136,7 +145,7 @@ func (n *Node) replicateOnce(ctx context.Context, backlog replicaBacklog) (drain
 		wg.Go(func() {
 			sctx, cancel := context.WithTimeout(ctx, replicaSendTimeout)
 			defer cancel()
-			if err := n.pushTo(sctx, to[name], limit.Replica, nil, ks); err != nil {
+			if err := n.pushTo(sctx, d.m, limit.Replica, nil, ks); err != nil {
 				n.m.replicationErrors.Inc()
 				n.log.Debug("replication failed", "to", name, "keys", len(ks), "err", err)
 				mu.Lock()
