@@ -2,6 +2,7 @@ package wire
 
 import (
 	"fmt"
+	"strings"
 	"unicode/utf8"
 
 	"google.golang.org/protobuf/encoding/protowire"
@@ -111,14 +112,6 @@ func AppendPush(b []byte, from string, transfer int32, keys []limit.KeyState, pa
 	return b, nil
 }
 
-// keySpan is a decoded KeyState whose key and state are offsets into the
-// decoder's buffers, which may still move.
-type keySpan struct {
-	alg                int32
-	keyFrom, keyTo     int // in the key buffer
-	stateFrom, stateTo int // in the state buffer
-}
-
 // DecodePush decodes a PushStateRequest as proto.Unmarshal does (the last
 // occurrence of a scalar wins, repeated fields accumulate, partitions may
 // be packed or not, unknown fields and fields of the wrong wire type are
@@ -128,15 +121,21 @@ type keySpan struct {
 // Nothing of data is kept.
 func DecodePush(data []byte, maxKeys int) (Push, error) {
 	var p Push
-	var keyBuf, stateBuf []byte
-	var spans []keySpan
+	// Every key goes into one string and every state into one buffer,
+	// each allocated at the size of all the key states (more than the keys
+	// or the states take): neither grows, so a state is a subslice at once
+	// and a key is known by where it ends.
+	var keyBuf strings.Builder
+	var stateBuf []byte
+	var keyEnd []int
 	if n, size, err := countField(data, pushKeys); err != nil {
 		return Push{}, err
 	} else if n > maxKeys {
 		return Push{}, fmt.Errorf("transport: %d key states in one push, max %d", n, maxKeys)
 	} else if n > 0 {
-		spans = make([]keySpan, 0, n)
-		keyBuf, stateBuf = make([]byte, 0, size), make([]byte, 0, size)
+		p.Keys, keyEnd = make([]limit.KeyState, 0, n), make([]int, 0, n)
+		keyBuf.Grow(size)
+		stateBuf = make([]byte, 0, size)
 	}
 	for b := data; len(b) > 0; {
 		num, typ, n := consumeTag(b)
@@ -169,10 +168,17 @@ func DecodePush(data []byte, maxKeys int) (Push, error) {
 			if err != nil {
 				return Push{}, err
 			}
-			sp := keySpan{alg: alg, keyFrom: len(keyBuf), stateFrom: len(stateBuf)}
-			keyBuf, stateBuf = append(keyBuf, key...), append(stateBuf, state...)
-			sp.keyTo, sp.stateTo = len(keyBuf), len(stateBuf)
-			spans = append(spans, sp)
+			if alg < 0 || alg > int32(limit.GubernatorLeakyBucket) { // the gubernator algorithms' numbers are internal: nodes move their keys too
+				return Push{}, fmt.Errorf("transport: key state %d: unknown algorithm %d", len(p.Keys), alg)
+			}
+			ks := limit.KeyState{Algorithm: limit.Algorithm(alg)}
+			if len(state) > 0 {
+				from := len(stateBuf)
+				stateBuf = append(stateBuf, state...)
+				ks.State = stateBuf[from:len(stateBuf):len(stateBuf)]
+			}
+			keyBuf.Write(key)
+			p.Keys, keyEnd = append(p.Keys, ks), append(keyEnd, keyBuf.Len())
 			n = m
 		case num == pushPartitions && typ == protowire.VarintType:
 			v, m := protowire.ConsumeVarint(b)
@@ -200,16 +206,13 @@ func DecodePush(data []byte, maxKeys int) (Push, error) {
 		}
 		b = b[n:]
 	}
-	keys := string(keyBuf) // one allocation for every key
-	p.Keys = make([]limit.KeyState, len(spans))
-	for i, sp := range spans {
-		if sp.alg < 0 || sp.alg > int32(limit.GubernatorLeakyBucket) { // the gubernator algorithms' numbers are internal: nodes move their keys too
-			return Push{}, fmt.Errorf("transport: key state %d: unknown algorithm %d", i, sp.alg)
-		}
-		p.Keys[i] = limit.KeyState{Algorithm: limit.Algorithm(sp.alg), Key: keys[sp.keyFrom:sp.keyTo]}
-		if sp.stateTo > sp.stateFrom {
-			p.Keys[i].State = stateBuf[sp.stateFrom:sp.stateTo:sp.stateTo]
-		}
+	if p.Keys == nil {
+		p.Keys = []limit.KeyState{} // what the generated message's conversion gives
+	}
+	keys := keyBuf.String() // one allocation for every key, not copied again
+	from := 0
+	for i, to := range keyEnd {
+		p.Keys[i].Key, from = keys[from:to], to
 	}
 	return p, nil
 }
