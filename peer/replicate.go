@@ -60,6 +60,7 @@ func (n *Node) replicateLoop(ctx context.Context) {
 	t.Stop() // started by the first change
 	defer t.Stop()
 	backlog := replicaBacklog{}
+	spare := map[string][]limit.KeyState{} // the last round's lists, emptied, per destination
 	for idle := true; ; {
 		if idle {
 			select {
@@ -79,7 +80,7 @@ func (n *Node) replicateLoop(ctx context.Context) {
 		default:
 		}
 		start := time.Now()
-		drained, sent := n.replicateOnce(ctx, backlog)
+		drained, sent := n.replicateOnce(ctx, backlog, spare)
 		if sent > 0 {
 			n.m.replicationRound.Observe(time.Since(start).Seconds())
 		}
@@ -88,14 +89,18 @@ func (n *Node) replicateLoop(ctx context.Context) {
 		// an empty backlog let the loop sleep.
 		if idle = drained == 0 && len(backlog) == 0; idle {
 			t.Stop()
+			clear(spare) // a sleeping node keeps no lists
 		}
 	}
 }
 
 // replicateOnce sends the keys changed since the last round, with the
 // backlog, and returns how many changed keys it drained and how many key
-// states it sent.
-func (n *Node) replicateOnce(ctx context.Context, backlog replicaBacklog) (drained, sent int) {
+// states it sent. It builds each destination's list in that destination's
+// list of spare, and leaves the lists there emptied for the next round: a
+// list is not referred to once its send returned (a failed one is copied
+// into the backlog).
+func (n *Node) replicateOnce(ctx context.Context, backlog replicaBacklog, spare map[string][]limit.KeyState) (drained, sent int) {
 	v := n.view.Load()
 	now := n.cfg.Now().UnixNano()
 	// A destination's keys, looked up once per key (no map write).
@@ -127,7 +132,7 @@ func (n *Node) replicateOnce(ctx context.Context, backlog replicaBacklog) (drain
 			}
 			d := by[m.Name]
 			if d == nil {
-				d = &dest{m: m}
+				d = &dest{m: m, ks: spare[m.Name]}
 				by[m.Name] = d
 			}
 			d.ks = append(d.ks, limit.KeyState{Algorithm: limit.Algorithm(a), Key: key, State: st})
@@ -155,6 +160,11 @@ func (n *Node) replicateOnce(ctx context.Context, backlog replicaBacklog) (drain
 		})
 	}
 	wg.Wait()
+	clear(spare) // destinations gone from the ring
+	for name, d := range by {
+		clear(d.ks) // keep no key or state alive
+		spare[name] = d.ks[:0]
+	}
 	return drained, sent
 }
 
