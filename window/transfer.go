@@ -76,6 +76,37 @@ func (k *codec) importCell(t *table.Table[*cell], key string, state []byte, now 
 	}
 }
 
+// importEach is importCell of many key states, their keys looked up
+// shard by shard (table.GetEach); bad gets each state that does not
+// decode.
+func (k *codec) importEach(t *table.Table[*cell], states []limit.KeyState, now int64, mark bool, bad func(i int, err error)) {
+	now = clampTime(now)
+	idx, in := make([]int32, 0, len(states)), make([]cell, 0, len(states))
+	for i := range states {
+		c, err := decodeCell(states[i].State, k.kind)
+		if err != nil {
+			bad(i, err)
+			continue
+		}
+		if !k.fresh(c, now) {
+			idx, in = append(idx, int32(i)), append(in, c)
+		}
+	}
+	t.GetEach(len(idx), func(j int) string { return states[idx[j]].Key }, now, nil, func(j int, e *table.Entry[*cell]) {
+		key := states[idx[j]].Key
+		for {
+			changed, ok := k.mergeLocked(e, in[j], now)
+			if ok {
+				if changed && mark {
+					t.MarkChanged(key, e)
+				}
+				return
+			}
+			e = t.Get(key, now)
+		}
+	})
+}
+
 // mergeLocked merges in into e's cell under its mutex and reports whether
 // the cell changed; ok is false when the caller must start over (e was
 // retired, or a lock-free taker moved the word meanwhile).
@@ -117,6 +148,13 @@ func (f *Fixed) Import(key string, state []byte, now int64, mark bool) error {
 	return fixedCodec.importCell(f.t, key, state, now, mark)
 }
 
+// ImportEach is Import of many FIXED_WINDOW states at once, their keys
+// looked up shard by shard; bad gets the index and error of each state
+// that does not decode. Safe for concurrent use.
+func (f *Fixed) ImportEach(states []limit.KeyState, now int64, mark bool, bad func(i int, err error)) {
+	fixedCodec.importEach(f.t, states, now, mark, bad)
+}
+
 // Export returns key's encoded state at now (Unix ns), ok false when the
 // key is absent or equivalent to a fresh key (its estimate is 0 for good).
 // Safe for concurrent use.
@@ -134,6 +172,11 @@ func (s *Sliding) ExportChanged(max int, now int64, fn func(key string, state []
 // Safe for concurrent use.
 func (s *Sliding) Import(key string, state []byte, now int64, mark bool) error {
 	return slidingCodec.importCell(s.t, key, state, now, mark)
+}
+
+// ImportEach is Fixed.ImportEach for SLIDING_WINDOW states.
+func (s *Sliding) ImportEach(states []limit.KeyState, now int64, mark bool, bad func(i int, err error)) {
+	slidingCodec.importEach(s.t, states, now, mark, bad)
 }
 
 // Delete removes key and reports whether it was held. A take that raced

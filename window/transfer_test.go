@@ -432,3 +432,68 @@ func TestExportChangedIsChangedThenExport(t *testing.T) {
 		}
 	}
 }
+
+// TestImportEachIsImportOfEach imports the same states key by key into one
+// table and at once into another (with a malformed state and a key twice
+// among them): both end with the same states and the same marks.
+func TestImportEachIsImportOfEach(t *testing.T) {
+	t.Parallel()
+	for _, alg := range []limit.Algorithm{limit.FixedWindow, limit.SlidingWindow} {
+		t.Run(alg.String(), func(t *testing.T) {
+			t.Parallel()
+			rng := rand.New(rand.NewPCG(3, 5))
+			r := limit.Rule{Algorithm: alg, Limit: 50, Period: time.Minute}
+			now := t0 + int64(time.Second)
+			src, prime := newTable(alg, testCfg), newTable(alg, testCfg)
+			one, each := newTable(alg, testCfg), newTable(alg, testCfg)
+			var states []limit.KeyState
+			for i := range 400 {
+				k := fmt.Sprint("k", i%350)
+				playRandom(rng, src, k, r, t0, now, 1+rng.IntN(5))
+				if i%3 == 0 {
+					playRandom(rng, prime, k, r, t0, now, 1+rng.IntN(5))
+					if st, ok := prime.(limit.StateMover).Export(k, now); ok {
+						for _, l := range []limit.Limiter{one, each} {
+							if err := l.(limit.StateMover).Import(k, st, now, false); err != nil {
+								t.Fatal(err)
+							}
+						}
+					}
+				}
+				if st, ok := src.(limit.StateMover).Export(k, now); ok {
+					states = append(states, limit.KeyState{Algorithm: alg, Key: k, State: st})
+				}
+			}
+			states = append(states, limit.KeyState{Algorithm: alg, Key: "bad", State: []byte{1}})
+			a, b := one.(limit.StateMover), each.(limit.StateMover)
+			a.TrackChanges(true)
+			b.TrackChanges(true)
+			for _, ks := range states {
+				_ = a.Import(ks.Key, ks.State, now, true)
+			}
+			var bad []int
+			each.(interface {
+				ImportEach([]limit.KeyState, int64, bool, func(int, error))
+			}).ImportEach(states, now, true, func(i int, err error) { bad = append(bad, i) })
+			if want := []int{len(states) - 1}; !reflect.DeepEqual(bad, want) {
+				t.Fatalf("ImportEach refused %v, want %v", bad, want)
+			}
+			var ma, mb []string
+			a.Changed(1<<20, func(k string) { ma = append(ma, k) })
+			b.Changed(1<<20, func(k string) { mb = append(mb, k) })
+			sort.Strings(ma)
+			sort.Strings(mb)
+			if len(ma) < 100 || !reflect.DeepEqual(ma, mb) {
+				t.Fatalf("marked keys differ: Import %d %v, ImportEach %d %v", len(ma), ma, len(mb), mb)
+			}
+			for i := range 350 {
+				k := fmt.Sprint("k", i)
+				x, okX := a.Export(k, now)
+				y, okY := b.Export(k, now)
+				if okX != okY || !bytes.Equal(x, y) {
+					t.Fatalf("key %q: Import gives %x (%v), ImportEach %x (%v)", k, x, okX, y, okY)
+				}
+			}
+		})
+	}
+}
