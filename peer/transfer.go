@@ -489,8 +489,8 @@ func (n *Node) importKeys(keys []limit.KeyState, why limit.Transfer) {
 }
 
 // eachImporter is a table that imports many key states at once, looking
-// them up shard by shard (bucket's ImportEach); the others import key by
-// key.
+// them up shard by shard (ImportEach of bucket and window); the others
+// import key by key.
 type eachImporter interface {
 	ImportEach(states []limit.KeyState, now int64, mark bool, bad func(i int, err error))
 }
