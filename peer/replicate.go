@@ -129,7 +129,9 @@ func (n *Node) replicateOnce(ctx context.Context, backlog replicaBacklog) (drain
 	var wg sync.WaitGroup
 	for name, ks := range by {
 		if !n.peers.allowed(to[name]) {
+			mu.Lock() // a send started earlier in this loop may be keeping its own
 			backlog.keep(name, ks, n.m)
+			mu.Unlock()
 			continue
 		}
 		sent += len(ks)
