@@ -256,17 +256,6 @@ func (n *Node) CheckLocal(ctx context.Context, checks []limit.Check) ([]limit.Re
 	} else {
 		n.lockDeciding(ctx, checks)
 	}
-	if err := ctx.Err(); err != nil {
-		// The sender's deadline has passed (this node was too slow to get
-		// here, or waited for an incoming partition's state): it has
-		// decided the batch by its stand-in or fail policy already, and a
-		// hit decided here too would be counted twice.
-		n.ho.deciding.RUnlock()
-		for i := range res {
-			res[i] = limit.Failed(limit.Unavailable, err)
-		}
-		return res, nil
-	}
 	now := n.cfg.Now().UnixNano()
 	v := n.view.Load()
 	marked := n.ho.busy()
