@@ -31,7 +31,7 @@ func keyOwnedBy(t *testing.T, tn *testNode, owner string) string {
 
 func TestForwardedCheckIsDecidedByItsOwner(t *testing.T) {
 	t.Parallel()
-	c := newTestCluster(t, 3, Config{})
+	c := newTestCluster(t, 3, Config{Peer: exactPeer})
 	nodes := c.running()
 	key := keyOwnedBy(t, nodes[0], nodes[2].name)
 	res := c.check(nodes[0], limit.Check{Name: "r", Key: key, Hits: 1, Rule: rule(limit.TokenBucket, 5, time.Minute)})
@@ -78,7 +78,7 @@ func TestFailPolicies(t *testing.T) {
 
 func TestLeaveReroutesKeys(t *testing.T) {
 	t.Parallel()
-	c := newTestCluster(t, 3, Config{})
+	c := newTestCluster(t, 3, Config{Peer: exactPeer})
 	nodes := c.running()
 	key := keyOwnedBy(t, nodes[0], nodes[1].name)
 	if err := nodes[1].node.Leave(); err != nil {

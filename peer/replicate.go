@@ -143,7 +143,9 @@ func (n *Node) replicateOnce(ctx context.Context, backlog replicaBacklog, spare 
 	for name, d := range by {
 		ks := d.ks
 		if !n.peers.allowed(d.m) {
+			mu.Lock() // a send started earlier in this loop may be keeping its own
 			backlog.keep(name, ks, n.m)
+			mu.Unlock()
 			continue
 		}
 		sent += len(ks)

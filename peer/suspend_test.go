@@ -70,8 +70,10 @@ func TestHungOwnerIsSuspended(t *testing.T) {
 			t.Fatalf("check %d on a key of the hung owner = %+v, %v; want admitted locally", i, res, err)
 		}
 	}
-	if got := calls.Load(); got != 1 {
-		t.Fatalf("the hung owner received %d forwards, want 1: the others should have been suspended", got)
+	// 1, or 0 on a loaded machine where the first forward's 200 ms ran out
+	// before its connection was up: that failure suspends the owner too.
+	if got := calls.Load(); got > 1 {
+		t.Fatalf("the hung owner received %d forwards, want at most 1: the others should have been suspended", got)
 	}
 }
 
