@@ -96,7 +96,7 @@ func newDurable(cfg Config) *durable {
 		}),
 		lastSuccess: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "shardlimiter_snapshot_last_success_timestamp_seconds",
-			Help: "Unix time of the last snapshot written; 0 before the first. A crash of every node loses the hits since.",
+			Help: "Unix time at which the last snapshot written began: it holds every decision made before; 0 before the first. A crash of every node loses the hits since.",
 		}),
 		writeErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "shardlimiter_snapshot_write_errors_total",
@@ -247,7 +247,9 @@ func (n *Node) writeSnapshot() {
 	}
 	d.m.duration.Observe(took.Seconds())
 	d.m.keys.Set(float64(info.Records))
-	d.m.lastSuccess.Set(float64(time.Now().UnixNano()) / 1e9)
+	// The round's start, not its end: the snapshot holds every decision
+	// made before it began, and maybe some made while it ran.
+	d.m.lastSuccess.Set(float64(start.UnixNano()) / 1e9)
 	n.log.Debug("snapshot: written", "keys", info.Records, "took", took)
 }
 
