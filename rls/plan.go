@@ -70,11 +70,11 @@ func validRequest(req *rlspb.RateLimitRequest) error {
 const MaxDescriptors = 64
 
 // plan matches every descriptor of req against set (nil matches nothing)
-// and builds the checks, with counting (limit.Overdraft or 0) added to
-// each check's behavior. Replaces apply across the request, as in
+// and builds the checks, each counting as envoyproxy/ratelimit counts
+// (limit.Overdraft). Replaces apply across the request, as in
 // envoyproxy/ratelimit: a limit whose name another matched rule replaces
 // is not checked.
-func plan(set *rules.Set, req *rlspb.RateLimitRequest, counting limit.Behavior) *request {
+func plan(set *rules.Set, req *rlspb.RateLimitRequest) *request {
 	p := &request{domain: req.Domain, descs: make([]desc, len(req.Descriptors))}
 	keys := make([]string, len(req.Descriptors))
 	var ents []rules.Entry
@@ -124,7 +124,7 @@ func plan(set *rules.Set, req *rlspb.RateLimitRequest, counting limit.Behavior) 
 		pd.hits, pd.first, pd.n = hits, len(p.checks), len(pd.limits)
 		for j, l := range pd.limits {
 			r := l.Rule
-			r.Behavior |= counting
+			r.Behavior |= limit.Overdraft
 			p.checks = append(p.checks, limit.Check{
 				Name: l.Name, Key: keys[i], Hits: hits, Rule: r,
 				Chained: j < len(pd.limits)-1,

@@ -77,12 +77,12 @@ func TestPlan(t *testing.T) {
 		{"no rule for the entries", "d", 0, []*ratelimitpb.RateLimitDescriptor{entries("nope", "a")}, nil, []kind{noRule}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p := plan(set, &rlspb.RateLimitRequest{Domain: tc.domain, HitsAddend: tc.hits, Descriptors: tc.descs}, limit.Overdraft)
+			p := plan(set, &rlspb.RateLimitRequest{Domain: tc.domain, HitsAddend: tc.hits, Descriptors: tc.descs})
 			var got []string
 			for _, c := range p.checks {
 				got = append(got, checkText(c))
 				if !c.Rule.Behavior.Has(limit.Overdraft) {
-					t.Errorf("check %s has behavior %v, want the counting passed to plan (OVERDRAFT)", checkText(c), c.Rule.Behavior)
+					t.Errorf("check %s has behavior %v, want OVERDRAFT (envoyproxy/ratelimit's counting)", checkText(c), c.Rule.Behavior)
 				}
 			}
 			if !slices.Equal(got, tc.want) {
@@ -119,7 +119,7 @@ func TestPlanKeys(t *testing.T) {
 		t.Fatal(err)
 	}
 	key := func(domain string, d *ratelimitpb.RateLimitDescriptor) string {
-		p := plan(set, &rlspb.RateLimitRequest{Domain: domain, Descriptors: []*ratelimitpb.RateLimitDescriptor{d}}, 0)
+		p := plan(set, &rlspb.RateLimitRequest{Domain: domain, Descriptors: []*ratelimitpb.RateLimitDescriptor{d}})
 		if len(p.checks) == 0 {
 			t.Fatalf("no check for %v", d)
 		}

@@ -44,7 +44,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 
-	"github.com/shardlimiter/shardlimiter/limit"
 	"github.com/shardlimiter/shardlimiter/rules"
 	"github.com/shardlimiter/shardlimiter/transport"
 )
@@ -160,7 +159,7 @@ func (s *Service) should(ctx context.Context, req *rlspb.RateLimitRequest, check
 	if s.cfg.Rules != nil {
 		set = s.cfg.Rules.Load()
 	}
-	p := plan(set, req, limit.Overdraft)
+	p := plan(set, req)
 	var results = p.results[:0]
 	if len(p.checks) > 0 {
 		var err error

@@ -87,6 +87,8 @@ func TestConfigRejectsBadValues(t *testing.T) {
 		{[]string{"--shutdown-grace", "soon"}, env(), "--shutdown-grace"},
 		{[]string{"--peer-addr", "x"}, env(), "--peer-addr: want host:port"},
 		{[]string{"--snapshot-interval", "0s"}, env(), "--snapshot-interval: want a positive duration"},
+		{[]string{"--rls-header-reset", "Rate Limit"}, env(), "--rls-header-reset: \"Rate Limit\" is not an HTTP header name"},
+		{[]string{"--rls-headers-format", "draft-7"}, env(), "--rls-headers-format: unknown headers format"},
 		{[]string{"--health-addr", "8083"}, env(), "--health-addr: want host:port"},
 		{nil, env("SHARDLIMITER_GUBERNATOR_HTTP_ADDR", "9080"), "SHARDLIMITER_GUBERNATOR_HTTP_ADDR: want host:port"},
 		{[]string{"--peer-tls-cert-file", "a", "--peer-tls-key-file", "b"}, env(), "needs all three"},

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/net/http/httpguts"
 	"google.golang.org/grpc"
 
 	"github.com/shardlimiter/shardlimiter/rls"
@@ -54,26 +55,11 @@ func parseRLS(raw map[string]*string, bad func(name, format string, a ...any)) r
 	}
 	c.headerNames = rls.HeaderNames{Limit: *raw["rls-header-limit"], Remaining: *raw["rls-header-remaining"], Reset: *raw["rls-header-reset"]}
 	for name, v := range map[string]string{"rls-header-limit": c.headerNames.Limit, "rls-header-remaining": c.headerNames.Remaining, "rls-header-reset": c.headerNames.Reset} {
-		if !validHeaderName(v) {
+		if !httpguts.ValidHeaderFieldName(v) {
 			bad(name, "%q is not an HTTP header name", v)
 		}
 	}
 	return c
-}
-
-// validHeaderName reports whether s is an HTTP field name (RFC 9110 token).
-func validHeaderName(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0 {
-			continue
-		}
-		return false
-	}
-	return true
 }
 
 // noRulesWarning is logged at the start of a node without --config: its
