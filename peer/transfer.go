@@ -562,14 +562,22 @@ func (n *Node) Pull(ctx context.Context, from string, members uint64, partitions
 	// undone (no later rebuild here) and would send the partition's checks
 	// away from its owner. So the puller's member list must be the one this
 	// node's gossip knows, now or within memberWait (this node's ring is
-	// then the one behind, and its rebuild follows).
-	if n.membersAgree(ctx, members) {
+	// then the one behind, and its rebuild follows). Last, the ring of that
+	// list must give the partition to the puller: a pull planned by an
+	// older ring of the puller's, for a partition that a later change gave
+	// back to this node, hands over the keys but not the partition (marked,
+	// it was decided both here, by the ring, and on the puller, which a
+	// push of it then marked received: two counts of one key, merged later
+	// to the larger, not the sum).
+	if agreed := n.membersAgree(ctx, members); agreed != nil {
 		to := n.member(from)
+		theirs := n.ringOf(n.view.Load(), agreed)
 		h := n.ho
 		h.mu.Lock()
 		v = n.view.Load()
 		for _, p := range partitions {
-			if peerAddr(to) != "" && (v.snap.PartitionOwner(p) == v.self || h.kinds[p].Load() == partReceived) {
+			if peerAddr(to) != "" && theirs != nil && theirs.Member(theirs.PartitionOwner(p)).Name == from &&
+				(v.snap.PartitionOwner(p) == v.self || h.kinds[p].Load() == partReceived) {
 				h.setLocked(p, partMoved, partDetail{to: to, pushed: closedChan, why: limit.Join})
 			}
 		}
@@ -589,17 +597,18 @@ const (
 	memberWait  = 300 * time.Millisecond
 )
 
-// membersAgree reports whether this node's gossip membership has the
-// fingerprint members, waiting up to memberWait for it to catch up.
-func (n *Node) membersAgree(ctx context.Context, members uint64) bool {
+// membersAgree returns this node's gossip membership once it has the
+// fingerprint members, waiting up to memberWait for it to catch up; nil
+// when it does not.
+func (n *Node) membersAgree(ctx context.Context, members uint64) []ring.Member {
 	current := func() []ring.Member {
 		if g := n.cfg.Gossip; g != nil {
 			return g.Members()
 		}
 		return n.view.Load().snap.Members()
 	}
-	if fingerprint(current()) == members {
-		return true
+	if m := current(); fingerprint(m) == members {
+		return m
 	}
 	t := time.NewTicker(10 * time.Millisecond)
 	defer t.Stop()
@@ -608,15 +617,29 @@ func (n *Node) membersAgree(ctx context.Context, members uint64) bool {
 	for {
 		select {
 		case <-t.C:
-			if fingerprint(current()) == members {
-				return true
+			if m := current(); fingerprint(m) == members {
+				return m
 			}
 		case <-deadline.C:
-			return false
+			return nil
 		case <-ctx.Done():
-			return false
+			return nil
 		}
 	}
+}
+
+// ringOf returns the ring of members: v's when it has those members, else
+// a new one (this node's rebuild for them has not run yet); nil when they
+// make no ring.
+func (n *Node) ringOf(v *view, members []ring.Member) *ring.Snapshot {
+	if fingerprint(v.snap.Members()) == fingerprint(members) {
+		return v.snap
+	}
+	s, err := ring.New(members, 0, n.cfg.Ring)
+	if err != nil {
+		return nil
+	}
+	return s
 }
 
 // fingerprint identifies a member list by its names, in any order.

@@ -202,23 +202,8 @@ func TestStateSurvivesStopOfEveryNode(t *testing.T) {
 		}
 		return true
 	}, "every node writes a snapshot after the hits")
-	// Counts are exact through every node before anything is killed.
-	//
-	// Known open problem: without these reads (so with the SIGKILL a few
-	// milliseconds after the last hits), the check after the restart failed
-	// 2 to 3 times in 6 on a quiet machine, always on tenant:28 (4 of 6
-	// restored, in both rules), with the restart order 2, 0, 1. These
-	// reads are peeks, which make each node write one more snapshot; the
-	// lost count has not been explained yet.
-	for name, r := range rules {
-		for i := range c.procs {
-			got, err := c.consumed(i, name, r, keys)
-			if err != nil || !slices.Equal(got, sent[name]) {
-				t.Fatalf("%s through %s before the SIGKILL: %v, %v; want %v", name, c.procs[i].name, got, err, sent[name])
-			}
-		}
-	}
-	// The last interval's hits: at most these may be lost.
+	// The last interval's hits: at most these may be lost. The SIGKILL
+	// follows them within milliseconds.
 	last := map[string][]int64{}
 	for name, r := range rules {
 		per := make([]int64, keys)
