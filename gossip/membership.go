@@ -423,23 +423,34 @@ func (m *Membership) signal(ch chan struct{}) {
 //	                       = 1.5 s for n ≤ 10, once one other node confirms
 //	                       (k = SuspicionMult-2 = 1); with no confirmation
 //	                       SuspicionMaxTimeoutMult × 1.5 s = 6 s
-//	GossipInterval 200 ms  suspect/dead/alive spread to 3 nodes per round
-//	                       (memberlist's LAN figure); news also rides on
-//	                       every probe and ack, so a round is only a
-//	                       second path and need not be faster
+//	GossipInterval 500 ms  suspect/dead/alive spread to 3 nodes per round;
+//	                       news also rides on every probe and ack (memberlist
+//	                       piggybacks queued broadcasts on each packet), so a
+//	                       round is only a second path and need not be fast
 //
 // Crash at t0 (sockets gone), n nodes, n-1 survivors probing round-robin:
 //
 //	first probe of the dead node  ≤ (n-1) × 0.5 s   (0.5-1 s typical)
-//	that probe fails              + 0.5 s          → suspect, gossiped
+//	that probe fails              + 0.5 s          → suspect, sent on
 //	a second survivor confirms    its own probe, also within (n-1)×0.5 s + 0.5 s
-//	suspicion timeout             + 1.5 s          → dead, gossiped in ~0.2-0.4 s
+//	suspicion timeout             + 1.5 s          → dead, spread in ~0.2-0.5 s
 //
-// n = 3: ≈ 2.5-3.5 s; n = 5: worst ≈ 2 + 0.5 + 1.5 + 0.4 ≈ 4.4 s. A live
-// node that misses a probe (loss, a pause) has 1.5 s, 7 gossip rounds and
-// its own probes, to refute. Idle cost: 2 probes/s per node, and 5 gossip
-// rounds/s that wake memberlist and send only pending news (at 100 ms they
-// were a third of an idle node's wake-ups). PushPullInterval (30 s) and
+// n = 3: ≈ 2.5-3.5 s; n = 5: worst ≈ 2 + 0.5 + 1.5 + 0.5 ≈ 4.5 s
+// (TestMembershipCrashDetected logs 2.5-3.0 s for 3 nodes and 2.2-3.2 s
+// for 5; at a 200 ms gossip round it was 2.3 s and 2.1-3.8 s). A live
+// node that misses a probe (loss, a pause) has 1.5 s, 3 gossip rounds and
+// its own probes, to refute.
+//
+// Idle cost: 2 probes/s per node (and the acks), and 2 gossip rounds/s
+// that wake memberlist and send only pending news. Each wake-up also wakes
+// the Go scheduler's other thread and sysmon, so it costs far more than
+// its own work: at 200 ms rounds (5/s) an idle member of 3 used 40-60 ms
+// of CPU per 20 s, at 500 ms 26-40 ms (docs/PERFORMANCE.md). Compression
+// is off: memberlist compresses each packet with a fresh LZW writer (a
+// 6.5 MB allocation per 20 s for pings and acks of a few dozen bytes, so
+// a garbage collection every few seconds on an idle node), and a LAN has
+// no use for it; a node with compression on still reads ours, and we read
+// its compressed packets. PushPullInterval (30 s) and
 // GossipToTheDeadTime (30 s) keep the LAN figures: a full state exchange
 // every 30 s per node is the anti-entropy a partition heals by.
 //
@@ -477,9 +488,10 @@ func (m *Membership) gossipConfig(ctx context.Context) (*memberlist.Config, erro
 	c.ProbeTimeout = 200 * time.Millisecond
 	c.SuspicionMult = 3
 	c.SuspicionMaxTimeoutMult = 4
-	c.GossipInterval = 200 * time.Millisecond
+	c.GossipInterval = 500 * time.Millisecond
 	c.DeadNodeReclaimTime = 500 * time.Millisecond
 	c.TCPTimeout = 3 * time.Second
+	c.EnableCompression = false
 	h := &hooks{m: m}
 	c.Delegate, c.Events, c.Conflict = h, h, h
 	c.Logger = gossipLogger(m.log, &m.rejected)
