@@ -18,6 +18,9 @@ const (
 	ListenerGRPC = "grpc" // client gRPC API
 	ListenerPeer = "peer" // peer RPCs
 	ListenerHTTP = "http" // HTTP/JSON API
+	// ListenerGubernatorHTTP is gubernator's HTTP gateway
+	// (--gubernator-http-addr), under the client TLS like ListenerHTTP.
+	ListenerGubernatorHTTP = "gubernator-http"
 )
 
 // HandshakeTimeout bounds a TLS handshake on a listener of this package:

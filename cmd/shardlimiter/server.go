@@ -226,7 +226,7 @@ func newServer(cfg config, log *slog.Logger) (s *server, err error) {
 	if s.gubLis != nil {
 		s.gubHTTP = newHTTPServer(cfg, gub.HTTPHandler(), log)
 		if tc := s.sec.serverTLS("h2", "http/1.1"); tc != nil {
-			s.gubLis = transport.TLSListener(s.gubLis, tc, transport.ListenerHTTP, s.sec.refusal)
+			s.gubLis = transport.TLSListener(s.gubLis, tc, transport.ListenerGubernatorHTTP, s.sec.refusal)
 		}
 	}
 	return s, nil

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"io"
 	"net"
 	"net/http"
 	"strings"
@@ -204,4 +205,66 @@ func serverSerial(t *testing.T, addr string, cfg *tls.Config) string {
 	}
 	defer c.Close()
 	return c.ConnectionState().PeerCertificates[0].SerialNumber.String()
+}
+
+// TestGubernatorGatewayTLS: gubernator's HTTP gateway (--gubernator-http-addr)
+// is under the client TLS as the API is. A client with a valid
+// certificate is answered; one without a certificate, with another CA's,
+// with an expired one, or in plaintext is refused, each refusal logged and
+// counted under the gateway's own listener name.
+func TestGubernatorGatewayTLS(t *testing.T) {
+	t.Parallel()
+	p, other := newPKI(t, "gateway-clients"), newPKI(t, "gateway-other")
+	good := p.ca.WriteFiles(t, p.dir, "good", certstest.Leaf{Client: true})
+	foreign := other.ca.WriteFiles(t, other.dir, "foreign", certstest.Leaf{Client: true})
+	expired := p.ca.WriteFiles(t, p.dir, "expired", certstest.Leaf{Client: true,
+		NotBefore: time.Now().Add(-48 * time.Hour), NotAfter: time.Now().Add(-24 * time.Hour)})
+	gw := freeAddr(t)
+	s := serve(t, "--tls-cert-file", p.server.Cert, "--tls-key-file", p.server.Key,
+		"--tls-client-ca-file", p.server.CA, "--gubernator-http-addr", gw)
+
+	const body = `{"requests":[{"name":"gw","unique_key":"k","hits":1,"limit":5,"duration":60000}]}`
+	post := func(c *http.Client, scheme string) (int, string, error) {
+		resp, err := c.Post(scheme+gw+"/v1/GetRateLimits", "application/json", strings.NewReader(body))
+		if err != nil {
+			return 0, "", err
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b), nil
+	}
+	goodHTTP := httpsClient(p.client(t, &good))
+	if code, b, err := post(goodHTTP, "https://"); err != nil || code != 200 || !strings.Contains(b, `"remaining":"4"`) {
+		t.Fatalf("gateway over mTLS with a valid certificate: %d %s %v; want 200, remaining 4", code, b, err)
+	}
+	for _, r := range []struct {
+		name   string
+		client *http.Client
+		scheme string
+	}{
+		{"no client certificate", httpsClient(p.client(t, nil)), "https://"},
+		{"a certificate from another CA", httpsClient(p.client(t, &foreign)), "https://"},
+		{"an expired certificate", httpsClient(p.client(t, &expired)), "https://"},
+		{"plaintext", &http.Client{Timeout: 5 * time.Second}, "http://"},
+	} {
+		if code, b, err := post(r.client, r.scheme); err == nil {
+			t.Errorf("gateway with %s answered %d %s; want the connection refused", r.name, code, b)
+		}
+	}
+	url := "https://" + s.http
+	for _, reason := range []string{"no_certificate", "bad_certificate", "plaintext"} {
+		labels := []string{`listener="gubernator-http"`, `reason="` + reason + `"`}
+		poll.Until(t, 5*time.Second, func() bool { return metric(goodHTTP, url, "shardlimiter_tls_refused_total", labels...) >= 1 },
+			"shardlimiter_tls_refused_total{%s} counts the refusal", strings.Join(labels, ","))
+	}
+	if n := metric(goodHTTP, url, "shardlimiter_tls_refused_total", `listener="gubernator-http"`, `reason="bad_certificate"`); n < 2 {
+		t.Errorf("gateway bad_certificate refusals = %v, want ≥ 2 (another CA, expired)", n)
+	}
+	if log := s.stderr.String(); !strings.Contains(log, "listener=gubernator-http") {
+		t.Errorf("no gateway refusal in the log:\n%s", log)
+	}
+	// The count is the one the gRPC call sees: one key, whatever the door.
+	if code, b, err := post(goodHTTP, "https://"); err != nil || code != 200 || !strings.Contains(b, `"remaining":"3"`) {
+		t.Errorf("second gateway call: %d %s %v; want remaining 3 (refused calls spent nothing)", code, b, err)
+	}
 }
