@@ -91,7 +91,7 @@ func newFlagSet(out io.Writer, c *config, r *rawFlags) *flag.FlagSet {
 	fs := flag.NewFlagSet("loadtest", flag.ContinueOnError)
 	fs.SetOutput(out)
 	fs.StringVar(&r.targets, "targets", "", "comma-separated gRPC addresses (host:port); each worker round-robins over them")
-	fs.StringVar(&c.api, "api", apiNative, "what calls are: native (GetRateLimits, a batch of --batch checks) or rls (Envoy's ShouldRateLimit through go-control-plane's client: one descriptor per check, the rule as a limit override, so a FIXED_WINDOW of whole seconds whatever --algorithm says; needs no rules file)")
+	fs.StringVar(&c.api, "api", apiNative, "what calls are: native (GetRateLimits, a batch of --batch checks) or rls (Envoy's ShouldRateLimit through go-control-plane's client: one descriptor per check, the rule as a limit override, so a FIXED_WINDOW of whole seconds whatever --algorithm says; needs no rules file), or gubernator (pb.gubernator.V1/GetRateLimits, a batch of --batch requests, TOKEN_BUCKET or LEAKY_BUCKET: what a node serves for gubernator's clients, and what gubernator itself serves)")
 	fs.StringVar(&c.client, "client", clientPlain, "how calls are sent: plain (--conns connections per target, each call to the worker's next target) or direct (the owner-aware client of package client: each check to its key's owner, concurrent calls merged per node)")
 	fs.BoolVar(&c.entryOne, "entry-one", false, "send everything to the first target (the others are reached by forwarding)")
 	fs.IntVar(&c.local, "local", 0, "build ./cmd/shardlimiter and start a local `N`-node cluster for the run, node i on 127.0.0.(10+i) (127.0.0.1 where only that binds)")
@@ -213,10 +213,12 @@ func (c *config) validate(set map[string]bool) error {
 		bad("--idle-load and --idle-settle: want >= 0")
 	case c.client != clientPlain && c.client != clientDirect:
 		bad("--client: want plain or direct, got %q", c.client)
-	case c.api != apiNative && c.api != apiRLS:
-		bad("--api: want native or rls, got %q", c.api)
-	case c.api == apiRLS && c.client == clientDirect:
-		bad("--api rls: --client direct sends native calls; use plain")
+	case c.api != apiNative && c.api != apiRLS && c.api != apiGubernator:
+		bad("--api: want native, rls or gubernator, got %q", c.api)
+	case c.api != apiNative && c.client == clientDirect:
+		bad("--api %s: --client direct sends native calls; use plain", c.api)
+	case c.api == apiGubernator && c.mode == modeAccuracy:
+		bad("--api gubernator: accuracy mode judges shardlimiter's algorithms; gubernator's count differently (docs/GUBERNATOR.md)")
 	case len(c.targets) == 0 && c.local == 0 && !c.calibrate:
 		bad("no targets: give --targets host:port,…, --local N or --calibrate")
 	case c.tlsCA != "" && c.calibrate:
@@ -239,6 +241,11 @@ func (c *config) validate(set map[string]bool) error {
 	c.validateRule(bad, set)
 	if msg := checkRLSRule(c.rule); c.api == apiRLS && msg != "" {
 		bad("%s", msg)
+	}
+	for _, a := range c.algorithms {
+		if msg := checkGubernatorRule(c.ruleFor(a)); c.api == apiGubernator && msg != "" {
+			bad("%s", msg)
+		}
 	}
 	c.validateChurn(bad)
 	return errors.Join(errs...)

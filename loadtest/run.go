@@ -80,8 +80,11 @@ func measure(ctx context.Context, cfg *config, targets, metrics []string, stderr
 	if cfg.client == clientDirect {
 		dial = func(addrs []string, _ int) ([]*target, error) { return dialDirect(addrs, cfg.clientInflight) }
 	}
-	if cfg.api == apiRLS {
+	switch cfg.api {
+	case apiRLS:
 		dial = dialRLS
+	case apiGubernator:
+		dial = dialGubernator
 	}
 	ts, err := dial(targets, cfg.conns)
 	if err != nil {

@@ -31,7 +31,7 @@ var allowed = map[string][]string{
 	"transport/pb":      {},
 	"peer":              {"limit", "table", "bucket", "window", "ring", "transport", "snapshot", "gubernator"},
 	"cmd/shardlimiter":  {"*"},
-	"loadtest":          {"limit", "transport", "internal/wide", "client"},
+	"loadtest":          {"limit", "transport", "transport/gubpb", "internal/wide", "client"},
 	"internal/archtest": {},
 	"internal/poll":     {},
 
