@@ -118,8 +118,35 @@ type node struct {
 func (n *node) url(path string) string { return "http://" + n.http + path }
 
 // startNode starts the binary with the manifest's environment, except that
-// the network variables are replaced by free loopback ports.
+// the network variables are replaced by free loopback ports, and returns
+// once it serves. A port found free may be taken by another process (a
+// node of a parallel subtest) before this one binds it: a start that fails
+// for an address in use is tried again on other ports.
 func startNode(t *testing.T, bin string, p *limiterPod, rules, name, join string) *node {
+	t.Helper()
+	for try := 1; ; try++ {
+		n := startNodeOnce(t, bin, p, rules, name, join)
+		serving := false
+		eventually(t, 20*time.Second, func() error {
+			out := n.proc.output()
+			// Listeners first, then gossip's (its own log line).
+			serving = strings.Contains(out, "serving node=") && strings.Contains(out, "gossip started")
+			if serving || n.proc.exited() {
+				return nil
+			}
+			return fmt.Errorf("%s: not serving yet:\n%s", name, out)
+		})
+		if serving {
+			return n
+		}
+		if out := n.proc.output(); try == 5 || !strings.Contains(out, "address already in use") {
+			t.Fatalf("%s exited before serving (try %d): %v\n%s", name, try, n.proc.err, out)
+		}
+		t.Logf("%s: a port was taken before it bound it; starting again on others", name)
+	}
+}
+
+func startNodeOnce(t *testing.T, bin string, p *limiterPod, rules, name, join string) *node {
 	t.Helper()
 	gossip, tcp := freePorts(t, 3)
 	n := &node{
