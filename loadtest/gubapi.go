@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/shardlimiter/shardlimiter/limit"
 	"github.com/shardlimiter/shardlimiter/transport/gubpb"
@@ -27,21 +26,9 @@ type gubChecker struct {
 }
 
 func dialGubernator(addrs []string, conns int) ([]*target, error) {
-	var ts []*target
-	for _, a := range addrs {
-		t := &target{addr: a}
-		ts = append(ts, t)
-		for range conns {
-			opts := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, dialOptions...)
-			cc, err := grpc.NewClient(a, opts...)
-			if err != nil {
-				closeTargets(ts)
-				return nil, fmt.Errorf("dial %s: %w", a, err)
-			}
-			t.conns = append(t.conns, gubChecker{conn: cc, c: gubpb.NewV1Client(cc)})
-		}
-	}
-	return ts, nil
+	return dialGenerated(addrs, conns, func(cc *grpc.ClientConn) checker {
+		return gubChecker{conn: cc, c: gubpb.NewV1Client(cc)}
+	})
 }
 
 func (g gubChecker) Close() error { return g.conn.Close() }

@@ -35,6 +35,15 @@ type rlsChecker struct {
 }
 
 func dialRLS(addrs []string, conns int) ([]*target, error) {
+	return dialGenerated(addrs, conns, func(cc *grpc.ClientConn) checker {
+		return rlsChecker{conn: cc, c: rlspb.NewRateLimitServiceClient(cc)}
+	})
+}
+
+// dialGenerated opens conns connections to each address for a checker
+// built on a generated client (wrap), plaintext unless dialOptions carry
+// the --tls-* credentials.
+func dialGenerated(addrs []string, conns int, wrap func(*grpc.ClientConn) checker) ([]*target, error) {
 	var ts []*target
 	for _, a := range addrs {
 		t := &target{addr: a}
@@ -46,7 +55,7 @@ func dialRLS(addrs []string, conns int) ([]*target, error) {
 				closeTargets(ts)
 				return nil, fmt.Errorf("dial %s: %w", a, err)
 			}
-			t.conns = append(t.conns, rlsChecker{conn: cc, c: rlspb.NewRateLimitServiceClient(cc)})
+			t.conns = append(t.conns, wrap(cc))
 		}
 	}
 	return ts, nil

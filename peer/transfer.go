@@ -132,7 +132,7 @@ func (n *Node) planHandoff(old, cur *view) []chan struct{} {
 		case n.jobsKick <- struct{}{}:
 		default:
 		}
-		n.log.Info("handoff planned", "ring_version", cur.snap.Version(), "pulls", len(pulls), "pushes", len(pushes), "transfer", why.String())
+		n.log.Info("handoff planned", "ring_version", cur.snap.Version(), "pulls", len(pulls), "pushes", len(pushes), "transfer", why.String(), "leaving", leaving)
 	}
 	return pushed
 }

@@ -36,6 +36,18 @@ func newPKI(t *testing.T, name string) *pki {
 	return p
 }
 
+// clientPKI returns a server's PKI named name and three client
+// certificates: one of its CA, one of another CA, one of its CA expired.
+func clientPKI(t *testing.T, name string) (p *pki, good, foreign, expired certstest.Paths) {
+	t.Helper()
+	p, other := newPKI(t, name), newPKI(t, name+"-other")
+	good = p.ca.WriteFiles(t, p.dir, "good", certstest.Leaf{Client: true})
+	foreign = other.ca.WriteFiles(t, other.dir, "foreign", certstest.Leaf{Client: true})
+	expired = p.ca.WriteFiles(t, p.dir, "expired", certstest.Leaf{Client: true,
+		NotBefore: time.Now().Add(-48 * time.Hour), NotAfter: time.Now().Add(-24 * time.Hour)})
+	return p, good, foreign, expired
+}
+
 // client returns a tls.Config trusting p's CA and presenting cert (nil:
 // no certificate).
 func (p *pki) client(t *testing.T, cert *certstest.Paths) *tls.Config {
@@ -83,11 +95,7 @@ func httpsClient(cfg *tls.Config) *http.Client {
 // keeps working.
 func TestClientTLS(t *testing.T) {
 	t.Parallel()
-	p, other := newPKI(t, "clients"), newPKI(t, "other")
-	good := p.ca.WriteFiles(t, p.dir, "good", certstest.Leaf{Client: true})
-	foreign := other.ca.WriteFiles(t, other.dir, "foreign", certstest.Leaf{Client: true})
-	expired := p.ca.WriteFiles(t, p.dir, "expired", certstest.Leaf{Client: true,
-		NotBefore: time.Now().Add(-48 * time.Hour), NotAfter: time.Now().Add(-24 * time.Hour)})
+	p, good, foreign, expired := clientPKI(t, "clients")
 	s := serve(t, "--tls-cert-file", p.server.Cert, "--tls-key-file", p.server.Key,
 		"--tls-client-ca-file", p.server.CA, "--health-addr", "127.0.0.1:0")
 
@@ -214,11 +222,7 @@ func serverSerial(t *testing.T, addr string, cfg *tls.Config) string {
 // counted under the gateway's own listener name.
 func TestGubernatorGatewayTLS(t *testing.T) {
 	t.Parallel()
-	p, other := newPKI(t, "gateway-clients"), newPKI(t, "gateway-other")
-	good := p.ca.WriteFiles(t, p.dir, "good", certstest.Leaf{Client: true})
-	foreign := other.ca.WriteFiles(t, other.dir, "foreign", certstest.Leaf{Client: true})
-	expired := p.ca.WriteFiles(t, p.dir, "expired", certstest.Leaf{Client: true,
-		NotBefore: time.Now().Add(-48 * time.Hour), NotAfter: time.Now().Add(-24 * time.Hour)})
+	p, good, foreign, expired := clientPKI(t, "gateway-clients")
 	gw := freeAddr(t)
 	s := serve(t, "--tls-cert-file", p.server.Cert, "--tls-key-file", p.server.Key,
 		"--tls-client-ca-file", p.server.CA, "--gubernator-http-addr", gw)
