@@ -347,9 +347,15 @@ func (s *server) serve(ctx context.Context, stdout io.Writer) error {
 	if err := s.node.Leave(); err != nil {
 		s.log.Warn("leave", "err", err)
 	}
-	if others && s.node.OthersAlive() && runErr == nil && s.cfg.shutdownGrace > 0 {
-		s.log.Info("draining", "grace", s.cfg.shutdownGrace)
-		s.drain()
+	if others && runErr == nil && s.cfg.shutdownGrace > 0 {
+		if s.node.OthersAlive() {
+			s.log.Info("draining", "grace", s.cfg.shutdownGrace)
+			s.drain()
+		} else {
+			// The others went while this node handed its keys to them
+			// (a whole cluster stopping): say so, as the drain would.
+			s.node.NoteNoneLeft()
+		}
 	}
 	s.stopServers()
 	stopNode()
