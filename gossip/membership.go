@@ -444,8 +444,8 @@ func (m *Membership) signal(ch chan struct{}) {
 // Idle cost: 2 probes/s per node (and the acks), and 2 gossip rounds/s
 // that wake memberlist and send only pending news. Each wake-up also wakes
 // the Go scheduler's other thread and sysmon, so it costs far more than
-// its own work: at 200 ms rounds (5/s) an idle member of 3 used 40-60 ms
-// of CPU per 20 s, at 500 ms 26-40 ms (docs/PERFORMANCE.md). Compression
+// its own work: at 200 ms rounds (5/s) an idle member of 3 used 46-67 ms
+// of CPU per 20 s, at 500 ms 26-54 ms (docs/PERFORMANCE.md). Compression
 // is off: memberlist compresses each packet with a fresh LZW writer (a
 // 6.5 MB allocation per 20 s for pings and acks of a few dozen bytes, so
 // a garbage collection every few seconds on an idle node), and a LAN has

@@ -16,19 +16,18 @@ import (
 //
 // It starts a --local cluster, optionally loads it for --idle-load with
 // the throughput flags (then leaves it alone), waits --idle-settle, and
-// reads each node's CPU time (utime + stime of /proc/<pid>/stat, in clock
-// ticks of 10 ms) at the start and the end of a --duration window. The
-// figure per node is the ticks it used in the window: the timers, probes
-// and runtime housekeeping of a node with nothing to do. Nothing talks to
+// reads each node's CPU time at the start and the end of a --duration
+// window, two ways: utime + stime of /proc/<pid>/stat, in clock ticks of
+// 10 ms, and the run time of each of its threads from
+// /proc/<pid>/task/<tid>/schedstat, in nanoseconds (an idle node uses a
+// few ticks per 20 s, so the ticks alone round by tens of percent). The
+// figure per node is what it used in the window: the timers, probes and
+// runtime housekeeping of a node with nothing to do. Nothing talks to
 // the nodes during the window, not even a metrics scrape, which would be
 // a wake-up of its own.
 //
 //	go run ./loadtest --mode idle --local 3 --duration 20s            # 10 s after forming
 //	go run ./loadtest --mode idle --local 3 --idle-load 5s --duration 20s
-
-// clockTick is the unit of /proc/<pid>/stat's times: USER_HZ, 100 on
-// every Linux that Go runs on.
-const clockTick = 10 * time.Millisecond
 
 // idleReport is the result of --mode idle; --json writes it as is.
 type idleReport struct {
@@ -46,8 +45,10 @@ type idleReport struct {
 type idleNode struct {
 	Name       string  `json:"name"`
 	Ticks      int64   `json:"ticks"`         // 10 ms ticks, user + system
-	CorePct    float64 `json:"core_pct"`      // of one core over the window
-	TicksPer20 float64 `json:"ticks_per_20s"` // the same, scaled to 20 s
+	CPUMs      float64 `json:"cpu_ms"`        // on-CPU time of its threads (schedstat)
+	CorePct    float64 `json:"core_pct"`      // CPUMs, of one core over the window
+	TicksPer20 float64 `json:"ticks_per_20s"` // the ticks, scaled to 20 s
+	MsPer20    float64 `json:"cpu_ms_per_20s"`
 }
 
 // runIdle measures the idle CPU of a --local cluster of bin.
@@ -73,43 +74,96 @@ func runIdle(ctx context.Context, cfg *config, bin string, stderr io.Writer) (*i
 	if err := sleepCtx(ctx, cfg.idleSettle); err != nil {
 		return nil, err
 	}
-	before, start, err := readTicks(cl)
+	before, start, err := readCPU(cl)
 	if err != nil {
 		return nil, err
 	}
 	if err := sleepCtx(ctx, cfg.duration); err != nil {
 		return nil, err
 	}
-	after, end, err := readTicks(cl)
+	after, end, err := readCPU(cl)
 	if err != nil {
 		return nil, err
 	}
-	window := end.Sub(start)
-	rep.WindowS = window.Seconds()
+	window := end.Sub(start).Seconds()
+	rep.WindowS = window
 	for i, nd := range cl.nodes {
-		ticks := after[i] - before[i]
-		cpu := time.Duration(ticks) * clockTick
-		rep.PerNode = append(rep.PerNode, idleNode{Name: nd.name, Ticks: ticks,
-			CorePct:    100 * cpu.Seconds() / window.Seconds(),
-			TicksPer20: float64(ticks) * 20 / window.Seconds()})
+		ticks := after[i].ticks - before[i].ticks
+		ms := float64(after[i].runNS-before[i].runNS) / 1e6
+		rep.PerNode = append(rep.PerNode, idleNode{Name: nd.name, Ticks: ticks, CPUMs: ms,
+			CorePct:    100 * ms / 1e3 / window,
+			TicksPer20: float64(ticks) * 20 / window,
+			MsPer20:    ms * 20 / window})
 	}
 	return rep, nil
 }
 
-// readTicks reads every node's CPU ticks so far, and when.
-func readTicks(cl *localCluster) ([]int64, time.Time, error) {
-	var out []int64
+// cpuTime is a process's CPU time so far, both ways.
+type cpuTime struct {
+	ticks int64 // utime + stime, clock ticks
+	runNS int64 // its threads' run time, ns
+}
+
+// readCPU reads every node's CPU time so far, and when.
+func readCPU(cl *localCluster) ([]cpuTime, time.Time, error) {
+	var out []cpuTime
 	for _, nd := range cl.nodes {
 		if !nd.running() {
 			return nil, time.Time{}, fmt.Errorf("%s: %w", nd.name, errExited)
 		}
-		t, err := procTicks(nd.cmd.Process.Pid)
+		pid := nd.cmd.Process.Pid
+		t, err := procTicks(pid)
 		if err != nil {
 			return nil, time.Time{}, err
 		}
-		out = append(out, t)
+		ns, err := procRunNS(pid)
+		if err != nil {
+			return nil, time.Time{}, err
+		}
+		out = append(out, cpuTime{ticks: t, runNS: ns})
 	}
 	return out, time.Now(), nil
+}
+
+// procRunNS returns how long the threads of process pid have run, in ns:
+// the first field of each /proc/<pid>/task/<tid>/schedstat. A thread that
+// exits takes its time with it; Go's threads rarely exit.
+func procRunNS(pid int) (int64, error) {
+	dir := "/proc/" + strconv.Itoa(pid) + "/task"
+	tasks, err := os.ReadDir(dir)
+	if err != nil {
+		return 0, fmt.Errorf("idle mode reads /proc (Linux only): %w", err)
+	}
+	var sum int64
+	for _, task := range tasks {
+		b, err := os.ReadFile(dir + "/" + task.Name() + "/schedstat")
+		if errors.Is(err, os.ErrNotExist) {
+			continue // the thread exited meanwhile
+		}
+		if err != nil {
+			return 0, err
+		}
+		ns, err := parseSchedstat(string(b))
+		if err != nil {
+			return 0, err
+		}
+		sum += ns
+	}
+	return sum, nil
+}
+
+// parseSchedstat parses a schedstat line: time on the CPU (ns), time
+// waiting to run (ns), timeslices run.
+func parseSchedstat(line string) (int64, error) {
+	f := strings.Fields(line)
+	if len(f) != 3 {
+		return 0, fmt.Errorf("schedstat: want 3 fields, got %q", line)
+	}
+	v, err := strconv.ParseInt(f[0], 10, 64)
+	if err != nil || v < 0 {
+		return 0, fmt.Errorf("schedstat: bad run time %q", f[0])
+	}
+	return v, nil
 }
 
 // procTicks returns utime + stime of process pid, in clock ticks, from
@@ -179,7 +233,8 @@ func writeIdle(w io.Writer, rep *idleReport, asJSON bool) error {
 	}
 	fmt.Fprintf(&b, ", over %.1f s:\n", rep.WindowS)
 	for _, n := range rep.PerNode {
-		fmt.Fprintf(&b, "  %-12s %4d ticks (10 ms)  %5.2f%% of a core  %5.1f ticks per 20 s\n", n.Name, n.Ticks, n.CorePct, n.TicksPer20)
+		fmt.Fprintf(&b, "  %-12s %6.1f ms on CPU  %5.2f%% of a core  %5.1f ms per 20 s  (%d ticks of 10 ms, %.1f per 20 s)\n",
+			n.Name, n.CPUMs, n.CorePct, n.MsPer20, n.Ticks, n.TicksPer20)
 	}
 	_, err := io.WriteString(w, b.String())
 	return err

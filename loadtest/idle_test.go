@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestParseStatTicks(t *testing.T) {
@@ -61,5 +62,39 @@ func TestIdleFlags(t *testing.T) {
 		if _, err := parseFlags(args, &strings.Builder{}); err == nil {
 			t.Errorf("parseFlags(%q): no error", args)
 		}
+	}
+}
+
+func TestParseSchedstat(t *testing.T) {
+	t.Parallel()
+	if got, err := parseSchedstat("123456789 5000 42\n"); err != nil || got != 123456789 {
+		t.Fatalf("parseSchedstat = %d, %v; want 123456789", got, err)
+	}
+	for _, bad := range []string{"", "1 2", "x 2 3", "-5 2 3", "1 2 3 4"} {
+		if got, err := parseSchedstat(bad); err == nil {
+			t.Errorf("parseSchedstat(%q) = %d, want an error", bad, got)
+		}
+	}
+}
+
+func TestProcRunNSOfThisProcess(t *testing.T) {
+	t.Parallel()
+	if _, err := os.Stat("/proc/self/task"); err != nil {
+		t.Skip("no /proc on this system")
+	}
+	before, err := procRunNS(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sb strings.Builder
+	for i := 0; sb.Len() < 1<<24; i++ { // ~16 MB of formatting: milliseconds of CPU
+		sb.WriteString(strconv.Itoa(i))
+	}
+	after, err := procRunNS(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after-before < int64(time.Millisecond) {
+		t.Fatalf("procRunNS after burning CPU = %d, before %d: want at least 1 ms more", after, before)
 	}
 }
