@@ -121,14 +121,20 @@ func (g *Gubernator) getRateLimits(ctx context.Context, req *gubpb.GetRateLimits
 		return nil, err
 	}
 	defer g.cfg.InFlight.Release(units)
+	// The answers are one array, each pointed at once: one allocation per
+	// batch, not one per item.
+	resps := make([]gubpb.RateLimitResp, len(items))
 	out := make([]*gubpb.RateLimitResp, len(items))
+	for i := range resps {
+		out[i] = &resps[i]
+	}
 	checks := make([]limit.Check, 0, len(items))
 	idx := make([]int, 0, len(items))
 	var t tally
 	for i, r := range items {
 		c, err := gubernatorCheck(r)
 		if err != nil {
-			out[i] = &gubpb.RateLimitResp{Error: err.Error()}
+			out[i].Error = err.Error()
 			t.item(c.Rule.Algorithm, c.Hits, &limit.Result{Error: err.Error(), Reason: limit.Invalid})
 			continue
 		}
@@ -145,8 +151,9 @@ func (g *Gubernator) getRateLimits(ctx context.Context, req *gubpb.GetRateLimits
 		if len(results) != len(checks) {
 			return nil, fmt.Errorf("transport: checker answered %d of %d checks", len(results), len(checks))
 		}
+		var owners ownerMetadata
 		for j, i := range idx {
-			out[i] = g.response(&results[j], &checks[j])
+			g.response(out[i], &results[j], &checks[j], &owners)
 			t.item(checks[j].Rule.Algorithm, checks[j].Hits, &results[j])
 		}
 	}
@@ -204,8 +211,28 @@ func itemError(c *limit.Check, algorithm, msg string) error {
 	return fmt.Errorf("Error while apply rate limit for '%s_%s': during workerPool.GetRateLimit: %s", c.Name, c.Key, msg)
 }
 
-// response is the RateLimitResp of the result of c.
-func (g *Gubernator) response(r *limit.Result, c *limit.Check) *gubpb.RateLimitResp {
+// ownerMetadata is the metadata of the answers a batch's owners decided,
+// one map per owner, shared by its answers (nothing writes to them once
+// made; the response is only encoded).
+type ownerMetadata struct {
+	names []string
+	maps  []map[string]string
+}
+
+func (o *ownerMetadata) of(owner string, addr func() string) map[string]string {
+	for i, n := range o.names {
+		if n == owner {
+			return o.maps[i]
+		}
+	}
+	m := map[string]string{"owner": addr()}
+	o.names, o.maps = append(o.names, owner), append(o.maps, m)
+	return m
+}
+
+// response writes into out the RateLimitResp of the result of c; owners
+// holds the batch's metadata maps.
+func (g *Gubernator) response(out *gubpb.RateLimitResp, r *limit.Result, c *limit.Check, owners *ownerMetadata) {
 	if r.Error != "" {
 		msg := r.Error
 		if msg == limit.ErrGregorianWeeks.Error() || msg == limit.ErrGregorianUnit.Error() {
@@ -215,22 +242,23 @@ func (g *Gubernator) response(r *limit.Result, c *limit.Check) *gubpb.RateLimitR
 			}
 			msg = itemError(c, algorithm, msg).Error()
 		}
-		return &gubpb.RateLimitResp{Error: msg}
+		out.Error = msg
+		return
 	}
-	out := &gubpb.RateLimitResp{Limit: c.Rule.Limit, Remaining: r.Remaining, ResetTime: r.ResetAt / int64(time.Millisecond)}
+	out.Limit, out.Remaining, out.ResetTime = c.Rule.Limit, r.Remaining, r.ResetAt/int64(time.Millisecond)
 	if !r.Allowed {
 		out.Status = gubpb.Status_OVER_LIMIT
 	}
 	if r.Owner != "" && r.Owner != g.cfg.Self {
-		addr := r.Owner
-		if g.cfg.OwnerAddr != nil {
-			if a := g.cfg.OwnerAddr(r.Owner); a != "" {
-				addr = a
+		out.Metadata = owners.of(r.Owner, func() string {
+			if g.cfg.OwnerAddr != nil {
+				if a := g.cfg.OwnerAddr(r.Owner); a != "" {
+					return a
+				}
 			}
-		}
-		out.Metadata = map[string]string{"owner": addr}
+			return r.Owner
+		})
 	}
-	return out
 }
 
 // HealthCheck reports the node and its peers, as gubernator's does: an
