@@ -248,10 +248,15 @@ func (n *Node) runPull(ctx context.Context, j job) {
 	defer n.ho.settle(j.parts)
 	// A node that is leaving decides little more, and the node it pulls
 	// from is most likely stopping too (a whole cluster stopped while a
-	// join's pulls were under way): its failed pulls are no warning.
-	warn := n.log.Warn
-	if n.leaving.Load() {
-		warn = n.log.Debug
+	// join's pulls were under way): its failed pulls are no warning. It
+	// may have begun to leave while the pull was under way, so this is
+	// asked when a pull fails, not when it starts.
+	warn := func(msg string, args ...any) {
+		if n.leaving.Load() {
+			n.log.Debug(msg, args...)
+		} else {
+			n.log.Warn(msg, args...)
+		}
 	}
 	keys, err := n.pullFrom(ctx, j.peer, j.parts)
 	if err != nil && j.backup.Name != "" {
