@@ -3,20 +3,9 @@ package peer
 import (
 	"context"
 	"testing"
-	"time"
 
 	"github.com/shardlimiter/shardlimiter/ring"
 )
-
-// laggingGossip knows members that the node's ring has not been rebuilt
-// for yet.
-type laggingGossip struct{ members []ring.Member }
-
-func (g *laggingGossip) Run(ctx context.Context) error { <-ctx.Done(); return nil }
-func (g *laggingGossip) Members() []ring.Member        { return g.members }
-func (g *laggingGossip) Changed() <-chan struct{}      { return nil }
-func (g *laggingGossip) Joined() bool                  { return true }
-func (g *laggingGossip) Leave(time.Duration) error     { return nil }
 
 // TestPullMarksOnlyWhatThePullerOwns: a node answering a pull marks a
 // partition moved to the puller (and stops deciding it) only when the ring
@@ -78,7 +67,7 @@ func TestPullMarksOnlyWhatThePullerOwns(t *testing.T) {
 
 	// a's ring lags (it has only a and c): a partition the full ring gives
 	// b but a's ring gives a is handed over.
-	lag, err := New(Config{Name: "a", Gossip: &laggingGossip{members: all}})
+	lag, err := New(Config{Name: "a", Gossip: fixedGossip{members: all}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -219,15 +219,26 @@ type ownerMetadata struct {
 	maps  []map[string]string
 }
 
-func (o *ownerMetadata) of(owner string, addr func() string) map[string]string {
+func (o *ownerMetadata) of(owner string, addr func(name string) string) map[string]string {
 	for i, n := range o.names {
 		if n == owner {
 			return o.maps[i]
 		}
 	}
-	m := map[string]string{"owner": addr()}
+	m := map[string]string{"owner": addr(owner)}
 	o.names, o.maps = append(o.names, owner), append(o.maps, m)
 	return m
+}
+
+// ownerAddr is the client address gubernator's metadata names for the
+// member called name: its gRPC address when known, else the name.
+func (g *Gubernator) ownerAddr(name string) string {
+	if g.cfg.OwnerAddr != nil {
+		if a := g.cfg.OwnerAddr(name); a != "" {
+			return a
+		}
+	}
+	return name
 }
 
 // response writes into out the RateLimitResp of the result of c; owners
@@ -250,14 +261,7 @@ func (g *Gubernator) response(out *gubpb.RateLimitResp, r *limit.Result, c *limi
 		out.Status = gubpb.Status_OVER_LIMIT
 	}
 	if r.Owner != "" && r.Owner != g.cfg.Self {
-		out.Metadata = owners.of(r.Owner, func() string {
-			if g.cfg.OwnerAddr != nil {
-				if a := g.cfg.OwnerAddr(r.Owner); a != "" {
-					return a
-				}
-			}
-			return r.Owner
-		})
+		out.Metadata = owners.of(r.Owner, g.ownerAddr)
 	}
 }
 

@@ -33,14 +33,8 @@ func runCheck(ctx context.Context, args []string, getenv func(string) string, st
 	countRejected := fs.Bool("count-rejected", false, "rejected hits still count")
 	timeout := fs.Duration("timeout", 5*time.Second, "deadline of the call")
 	tf := addTLSFlags(fs)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
-		}
-		return exitUsage
-	}
-	if s := getenv(envName("server")); s != "" && !isSet(fs, "server") {
-		*server = s
+	if code, ok := parseWithServer(fs, args, getenv, server); !ok {
+		return code
 	}
 	c, err := rf.check()
 	if err != nil {
@@ -156,6 +150,22 @@ func (f tlsFlags) dial(server, cmd string, stderr io.Writer) (*transport.Client,
 		return nil, exitFail
 	}
 	return client, exitOK
+}
+
+// parseWithServer parses args into fs, then takes the server address
+// from SHARDLIMITER_SERVER when -server was not given. It returns ok
+// false, with the exit code, for -h or a bad flag.
+func parseWithServer(fs *flag.FlagSet, args []string, getenv func(string) string, server *string) (code int, ok bool) {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK, false
+		}
+		return exitUsage, false
+	}
+	if s := getenv(envName("server")); s != "" && !isSet(fs, "server") {
+		*server = s
+	}
+	return exitOK, true
 }
 
 func isSet(fs *flag.FlagSet, name string) (set bool) {

@@ -66,14 +66,8 @@ func runInspectKey(ctx context.Context, args []string, getenv func(string) strin
 		fmt.Fprintln(stderr, "Usage: shardlimiter inspect key -name NAME -key KEY [-limit N -duration D -algorithm A …]\n\nReads the key's state on its owner (and replica holder) without spending.\nWithout -limit, the rule is the rules file's rule of that name.\n\nFlags:")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
-		}
-		return exitUsage
-	}
-	if s := getenv(envName("server")); s != "" && !isSet(fs, "server") {
-		*server = s
+	if code, ok := parseWithServer(fs, args, getenv, server); !ok {
+		return code
 	}
 	c, err := rf.check()
 	if err != nil {

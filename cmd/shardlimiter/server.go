@@ -245,8 +245,14 @@ func registerGossipMetrics(reg prometheus.Registerer, m *gossip.Membership) {
 
 // drain keeps the node answering for --shutdown-grace, or until no other
 // member is left: nobody re-routes to this node then (the whole cluster is
-// stopping), and the node says so once.
+// stopping), and the node says so once. The others may have gone already,
+// while this node handed its keys to them.
 func (s *server) drain() {
+	if !s.node.OthersAlive() {
+		s.node.NoteNoneLeft()
+		return
+	}
+	s.log.Info("draining", "grace", s.cfg.shutdownGrace)
 	grace := time.NewTimer(s.cfg.shutdownGrace)
 	defer grace.Stop()
 	tick := time.NewTicker(drainPoll)
@@ -348,14 +354,7 @@ func (s *server) serve(ctx context.Context, stdout io.Writer) error {
 		s.log.Warn("leave", "err", err)
 	}
 	if others && runErr == nil && s.cfg.shutdownGrace > 0 {
-		if s.node.OthersAlive() {
-			s.log.Info("draining", "grace", s.cfg.shutdownGrace)
-			s.drain()
-		} else {
-			// The others went while this node handed its keys to them
-			// (a whole cluster stopping): say so, as the drain would.
-			s.node.NoteNoneLeft()
-		}
+		s.drain()
 	}
 	s.stopServers()
 	stopNode()
