@@ -1,7 +1,6 @@
 package gubernator
 
 import (
-	"math"
 	"time"
 
 	"github.com/shardlimiter/shardlimiter/limit"
@@ -65,19 +64,7 @@ func (g *Table) lockLive(key string, now int64) *table.Entry[Item] {
 }
 
 func decision(r Response) limit.Decision {
-	return limit.Decision{Allowed: !r.Over, Remaining: r.Remaining, ResetAt: msToNs(r.ResetTime)}
-}
-
-// msToNs converts milliseconds to nanoseconds, saturating.
-func msToNs(ms int64) int64 {
-	const ns = int64(time.Millisecond)
-	switch {
-	case ms > math.MaxInt64/ns:
-		return math.MaxInt64
-	case ms < math.MinInt64/ns:
-		return math.MinInt64
-	}
-	return ms * ns
+	return limit.Decision{Allowed: !r.Over, Remaining: r.Remaining, ResetAt: limit.MillisToNanos(r.ResetTime)}
 }
 
 // Sweep retires up to about budget keys that are fresh at now (Unix ns):

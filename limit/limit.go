@@ -9,6 +9,7 @@ package limit
 
 import (
 	"fmt"
+	"math"
 	"time"
 )
 
@@ -240,4 +241,17 @@ type Limiter interface {
 	Evicted() uint64
 	// StateMover moves keys with their state between nodes.
 	StateMover
+}
+
+// MillisToNanos converts a count of milliseconds (the wire's unit for
+// instants and delays) to nanoseconds, saturating at the int64 range.
+func MillisToNanos(ms int64) int64 {
+	const ns = int64(time.Millisecond)
+	switch {
+	case ms > math.MaxInt64/ns:
+		return math.MaxInt64
+	case ms < math.MinInt64/ns:
+		return math.MinInt64
+	}
+	return ms * ns
 }

@@ -1,6 +1,7 @@
 package limit
 
 import (
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -103,3 +104,18 @@ func TestNamesAndFlags(t *testing.T) {
 type errString string
 
 func (e errString) Error() string { return string(e) }
+
+func TestMillisToNanos(t *testing.T) {
+	t.Parallel()
+	const ns = int64(time.Millisecond)
+	for _, c := range []struct{ ms, want int64 }{
+		{0, 0}, {1, 1e6}, {-3, -3e6},
+		{math.MaxInt64 / ns, math.MaxInt64 / ns * ns},
+		{math.MaxInt64/ns + 1, math.MaxInt64}, {math.MaxInt64, math.MaxInt64},
+		{math.MinInt64/ns - 1, math.MinInt64}, {math.MinInt64, math.MinInt64},
+	} {
+		if got := MillisToNanos(c.ms); got != c.want {
+			t.Errorf("MillisToNanos(%d) = %d, want %d", c.ms, got, c.want)
+		}
+	}
+}

@@ -225,9 +225,9 @@ func (r *Response) Result(owner string) limit.Result {
 		Decision: limit.Decision{
 			Allowed:    r.Status == statusUnderLimit && r.Error == "",
 			Remaining:  r.Remaining,
-			ResetAt:    msToNs(r.ResetTimeMs),
+			ResetAt:    limit.MillisToNanos(r.ResetTimeMs),
 			RetryAfter: limit.Never,
-			Delay:      time.Duration(msToNs(max(r.DelayMs, 0))),
+			Delay:      time.Duration(limit.MillisToNanos(max(r.DelayMs, 0))),
 		},
 		Error: r.Error,
 		Owner: r.Owner,
@@ -236,7 +236,7 @@ func (r *Response) Result(owner string) limit.Result {
 		res.Owner = owner
 	}
 	if r.RetryAfterMs >= 0 {
-		res.RetryAfter = time.Duration(msToNs(r.RetryAfterMs))
+		res.RetryAfter = time.Duration(limit.MillisToNanos(r.RetryAfterMs))
 	}
 	if res.Error != "" {
 		res.Reason = r.Reason
@@ -273,15 +273,4 @@ func retryMs(d time.Duration) int64 {
 		return -1
 	}
 	return max(ceilMs(int64(d)), 0)
-}
-
-// msToNs converts milliseconds to nanoseconds, saturating at the int64 range.
-func msToNs(ms int64) int64 {
-	switch {
-	case ms > math.MaxInt64/nsPerMs:
-		return math.MaxInt64
-	case ms < math.MinInt64/nsPerMs:
-		return math.MinInt64
-	}
-	return ms * nsPerMs
 }
