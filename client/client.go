@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	"github.com/shardlimiter/shardlimiter/transport"
+	"github.com/shardlimiter/shardlimiter/transport/dial"
 )
 
 // Config configures a Client. Only Targets is required.
@@ -73,7 +74,7 @@ func RetryDelay(err error) (time.Duration, bool) { return transport.RetryDelay(e
 // Client is a client of a shardlimiter cluster. It is safe for concurrent
 // use; see the package doc for routing, coalescing and Close.
 type Client struct {
-	cfg    transport.PeerConfig // for every node's BatchClient
+	cfg    dial.PeerConfig // for every node's BatchClient
 	routes atomic.Pointer[routes]
 	rr     atomic.Uint64 // round robin over live nodes
 	closed atomic.Bool
@@ -99,7 +100,7 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		return nil, errors.New("client: Config.Targets is empty")
 	}
 	c := &Client{dests: make(map[string]*dest)}
-	c.cfg = transport.PeerConfig{MaxBatch: cfg.MaxBatch, MaxInFlight: cfg.MaxInFlight, Timeout: cfg.Timeout}
+	c.cfg = dial.PeerConfig{MaxBatch: cfg.MaxBatch, MaxInFlight: cfg.MaxInFlight, Timeout: cfg.Timeout}
 	if cfg.TLS != nil {
 		c.cfg.DialOptions = append(c.cfg.DialOptions, grpc.WithTransportCredentials(credentials.NewTLS(cfg.TLS)))
 	}
@@ -135,7 +136,7 @@ func (c *Client) destLocked(addr string) (*dest, error) {
 	if d, ok := c.dests[addr]; ok {
 		return d, nil
 	}
-	bc, err := transport.NewBatchClient(addr, c.cfg)
+	bc, err := dial.NewBatchClient(addr, c.cfg)
 	if err != nil {
 		return nil, fmt.Errorf("client: %w", err)
 	}

@@ -21,8 +21,7 @@ func (c *fakeCluster) ring(t *testing.T) *ring.Snapshot {
 	for _, mb := range m.Members {
 		ms = append(ms, ring.Member{Name: mb.Name, Addr: mb.Addr})
 	}
-	snap, err := ring.New(ms, m.Version, ring.Config{PartitionCount: m.Ring.PartitionCount,
-		ReplicationFactor: m.Ring.ReplicationFactor, Load: m.Ring.Load})
+	snap, err := ring.New(ms, m.Version, m.Config)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -29,7 +29,7 @@
 // # Coalescing
 //
 // Per node, concurrent calls share RPCs by the rule of the nodes' own
-// forwarding (transport.BatchClient): a call is sent at once while one of
+// forwarding (dial.BatchClient): a call is sent at once while one of
 // Config.MaxInFlight RPCs to that node is free, so an idle client adds no
 // latency; while all are busy, the checks of the calls arriving meanwhile
 // wait and leave together in the next RPC, up to Config.MaxBatch checks.

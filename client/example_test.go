@@ -7,6 +7,9 @@ import (
 	"net"
 	"time"
 
+	"github.com/shardlimiter/shardlimiter/api/native"
+	"github.com/shardlimiter/shardlimiter/transport/server"
+
 	"github.com/shardlimiter/shardlimiter/client"
 	"github.com/shardlimiter/shardlimiter/limit"
 	"github.com/shardlimiter/shardlimiter/transport"
@@ -21,7 +24,8 @@ func startNode() (addr string, stop func()) {
 		log.Fatal(err)
 	}
 	used := map[string]int64{}
-	srv := transport.NewGRPCServer(transport.GRPCConfig{Checker: transport.CheckerFunc(
+	srv := server.NewClientListener(server.Config{})
+	native.Register(srv, transport.CheckerFunc(
 		func(_ context.Context, checks []limit.Check) ([]limit.Result, error) {
 			out := make([]limit.Result, len(checks))
 			for i, c := range checks {
@@ -34,7 +38,7 @@ func startNode() (addr string, stop func()) {
 				out[i].Remaining = c.Rule.Limit - used[c.Key]
 			}
 			return out, nil
-		})})
+		}), nil)
 	done := make(chan struct{})
 	go func() { defer close(done); srv.Serve(lis) }()
 	return lis.Addr().String(), func() { srv.Stop(); <-done }

@@ -11,8 +11,10 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/shardlimiter/shardlimiter/api/native"
 	"github.com/shardlimiter/shardlimiter/limit"
-	"github.com/shardlimiter/shardlimiter/transport"
+	"github.com/shardlimiter/shardlimiter/ring"
+	"github.com/shardlimiter/shardlimiter/transport/server"
 )
 
 func TestMain(m *testing.M) {
@@ -26,7 +28,7 @@ func TestMain(m *testing.M) {
 type fakeNode struct {
 	name string
 	addr string
-	srv  *transport.GRPCServer
+	srv  *server.Listener
 	done chan struct{}
 	gate chan struct{}
 
@@ -77,23 +79,23 @@ type fakeCluster struct {
 	nodes   []*fakeNode
 	version atomic.Uint64
 	mu      sync.Mutex
-	members []transport.Member
+	members []ring.Member
 }
 
 func (c *fakeCluster) RingVersion() uint64 { return c.version.Load() }
 
-func (c *fakeCluster) Membership() transport.Membership {
+func (c *fakeCluster) Membership() ring.Membership {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return transport.Membership{Node: "fake", Version: c.version.Load(), Members: slices.Clone(c.members),
-		Ring: transport.RingConfig{PartitionCount: 101, ReplicationFactor: 20, Load: 1.25}}
+	return ring.Membership{Node: "fake", Version: c.version.Load(), Members: slices.Clone(c.members),
+		Config: ring.Config{PartitionCount: 101, ReplicationFactor: 20, Load: 1.25}}
 }
 
 func (c *fakeCluster) setMembers(nodes ...*fakeNode) {
 	c.mu.Lock()
 	c.members = c.members[:0]
 	for _, n := range nodes {
-		c.members = append(c.members, transport.Member{Name: n.name, Addr: n.addr})
+		c.members = append(c.members, ring.Member{Name: n.name, Addr: n.addr})
 	}
 	c.mu.Unlock()
 	c.version.Add(1)
@@ -109,11 +111,12 @@ func newFakeCluster(t *testing.T, n int, serveRing bool) *fakeCluster {
 			t.Fatal(err)
 		}
 		fn := &fakeNode{name: string(rune('a' + i)), addr: lis.Addr().String(), done: make(chan struct{})}
-		cfg := transport.GRPCConfig{Checker: fn}
+		var members native.MembershipSource
 		if serveRing {
-			cfg.Members = c
+			members = c
 		}
-		fn.srv = transport.NewGRPCServer(cfg)
+		fn.srv = server.NewClientListener(server.Config{})
+		native.Register(fn.srv, fn, members)
 		go func() { defer close(fn.done); fn.srv.Serve(lis) }()
 		c.nodes = append(c.nodes, fn)
 		t.Cleanup(fn.stop)

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/shardlimiter/shardlimiter/ring"
-	"github.com/shardlimiter/shardlimiter/transport"
+	"github.com/shardlimiter/shardlimiter/transport/dial"
 )
 
 // suspendFor is how long a node whose call failed (unreachable, timed out)
@@ -17,7 +17,7 @@ const suspendFor = time.Second
 
 // dest is one node the client sends to.
 type dest struct {
-	bc        *transport.BatchClient
+	bc        *dial.BatchClient
 	downUntil atomic.Int64 // Unix ns; 0 or past: live
 }
 
@@ -32,7 +32,7 @@ func (d *dest) suspend() { d.downUntil.Store(time.Now().Add(suspendFor).UnixNano
 // snap.Member(i). Immutable once stored.
 type routes struct {
 	snap  *ring.Snapshot
-	from  transport.Membership // what snap was built from
+	from  ring.Membership // what snap was built from
 	dests []*dest
 }
 
@@ -82,7 +82,7 @@ func pick(ds []*dest, not *dest, now time.Time, n uint64) *dest {
 // connections of members gone (their unanswered calls fail with
 // transport.ErrClosed and are retried elsewhere, see do). Called by the
 // watch goroutine only, so updates never race with each other.
-func (c *Client) update(m transport.Membership) {
+func (c *Client) update(m ring.Membership) {
 	if old := c.routes.Load(); old != nil && sameRing(old.from, m) {
 		return
 	}
@@ -95,8 +95,7 @@ func (c *Client) update(m transport.Membership) {
 	if len(members) != len(m.Members) {
 		return // a member we could not send to: keep the ring we have
 	}
-	snap, err := ring.New(members, m.Version, ring.Config{
-		PartitionCount: m.Ring.PartitionCount, ReplicationFactor: m.Ring.ReplicationFactor, Load: m.Ring.Load})
+	snap, err := ring.New(members, m.Version, m.Config)
 	if err != nil {
 		return // not a ring this version can build: keep the one we have
 	}
@@ -123,11 +122,11 @@ func (c *Client) update(m transport.Membership) {
 }
 
 // sameRing reports whether a and b give the same owners and addresses.
-func sameRing(a, b transport.Membership) bool {
-	if a.Ring != b.Ring || len(a.Members) != len(b.Members) {
+func sameRing(a, b ring.Membership) bool {
+	if a.Config != b.Config || len(a.Members) != len(b.Members) {
 		return false
 	}
-	key := func(m transport.Member) string { return m.Name + "\x00" + m.Addr }
+	key := func(m ring.Member) string { return m.Name + "\x00" + m.Addr }
 	x, y := make([]string, len(a.Members)), make([]string, len(b.Members))
 	for i := range a.Members {
 		x[i], y[i] = key(a.Members[i]), key(b.Members[i])

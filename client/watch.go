@@ -5,7 +5,8 @@ import (
 	"errors"
 	"time"
 
-	"github.com/shardlimiter/shardlimiter/transport"
+	"github.com/shardlimiter/shardlimiter/ring"
+	"github.com/shardlimiter/shardlimiter/transport/dial"
 )
 
 // Backoff of the ring watch between two streams: it starts at watchRetry
@@ -24,7 +25,7 @@ func (c *Client) watch(ctx context.Context, first func()) {
 	wait := watchRetry
 	for i := 0; ; i++ {
 		got := false
-		err := c.watchNode(i).bc.WatchMembers(ctx, func(m transport.Membership) {
+		err := c.watchNode(i).bc.WatchMembers(ctx, func(m ring.Membership) {
 			c.update(m)
 			got = true
 			first()
@@ -37,7 +38,7 @@ func (c *Client) watch(ctx context.Context, first func()) {
 		case got:
 			wait = watchRetry
 			continue // the node went away after serving: try the next at once
-		case errors.Is(err, transport.ErrNoCluster):
+		case errors.Is(err, dial.ErrNoCluster):
 			wait = watchRetryMax // an older node: routing waits for a newer one
 		}
 		t := time.NewTimer(wait)

@@ -8,6 +8,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/shardlimiter/shardlimiter/api/native"
+	"github.com/shardlimiter/shardlimiter/transport/server"
+
 	"github.com/shardlimiter/shardlimiter/limit"
 	"github.com/shardlimiter/shardlimiter/transport"
 )
@@ -22,10 +25,8 @@ func calibrate(ctx context.Context, cfg *config, stderr io.Writer) (*result, err
 	if err != nil {
 		return nil, err
 	}
-	srv := transport.NewGRPCServer(transport.GRPCConfig{
-		Checker:  transport.CheckerFunc(admitAll),
-		MaxBatch: max(cfg.batch, transport.DefaultMaxBatch),
-	})
+	srv := server.NewClientListener(server.Config{MaxBatch: max(cfg.batch, transport.DefaultMaxBatch)})
+	native.Register(srv, transport.CheckerFunc(admitAll), nil)
 	srv.SetServing(true)
 	var wg sync.WaitGroup
 	var serveErr error

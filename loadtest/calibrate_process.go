@@ -11,11 +11,14 @@ import (
 	"os"
 	"sync"
 
+	"github.com/shardlimiter/shardlimiter/api/native"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/shardlimiter/shardlimiter/transport"
+	"github.com/shardlimiter/shardlimiter/transport/server"
 )
 
 // The calibration server as a process of its own (--calibrate-process).
@@ -104,16 +107,16 @@ func serveCalibrationOn(ctx context.Context, addr, httpAddr string, maxBatch int
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	tm := transport.NewMetrics(reg)
+	tm := server.NewMetrics(reg)
 	// A node's client listener with the default flags (cmd/shardlimiter):
 	// the same limits, bound and metrics; only the checker differs.
-	srv := transport.NewGRPCServer(transport.GRPCConfig{
-		Checker:       transport.CheckerFunc(admitAll),
+	srv := server.NewClientListener(server.Config{
 		MaxBatch:      maxBatch,
 		Metrics:       tm,
-		InFlight:      transport.NewInFlight(transport.DefaultInFlightChecks(maxBatch)),
-		ServerOptions: transport.ConnLimits{MaxRecvMsgSize: transport.MaxRequestBytes(maxBatch)}.ServerOptions(),
+		InFlight:      server.NewInFlight(server.DefaultInFlightChecks(maxBatch)),
+		ServerOptions: server.ConnLimits{MaxRecvMsgSize: transport.MaxRequestBytes(maxBatch)}.ServerOptions(),
 	})
+	native.Register(srv, transport.CheckerFunc(admitAll), nil)
 	srv.SetServing(true)
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))

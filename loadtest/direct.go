@@ -17,7 +17,7 @@ const (
 )
 
 // checker sends one call: a plain connection to one target
-// (transport.Client) or the owner-aware client (--client direct).
+// (dial.Client) or the owner-aware client (--client direct).
 type checker interface {
 	GetRateLimits(ctx context.Context, checks []limit.Check) ([]limit.Result, error)
 	Close() error

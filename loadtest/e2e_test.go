@@ -20,7 +20,7 @@ import (
 
 // The tests below run the whole tool: a real cluster of server processes
 // on loopback, built once for the package.
-var server struct {
+var built struct {
 	once sync.Once
 	dir  string
 	bin  string
@@ -36,8 +36,8 @@ func TestMain(m *testing.M) {
 		os.Exit(code)
 	}
 	code := m.Run()
-	if server.dir != "" {
-		os.RemoveAll(server.dir)
+	if built.dir != "" {
+		os.RemoveAll(built.dir)
 	}
 	if err := goleak.Find(); code == 0 && err != nil {
 		fmt.Fprintf(os.Stderr, "goroutines left behind: %v\n", err)
@@ -49,15 +49,15 @@ func TestMain(m *testing.M) {
 // serverBin builds ./cmd/shardlimiter once, the way --local does.
 func serverBin(t *testing.T) string {
 	t.Helper()
-	server.once.Do(func() {
-		if server.dir, server.err = os.MkdirTemp("", "loadtest-test-"); server.err == nil {
-			server.bin, server.err = buildServer(context.Background(), server.dir)
+	built.once.Do(func() {
+		if built.dir, built.err = os.MkdirTemp("", "loadtest-test-"); built.err == nil {
+			built.bin, built.err = buildServer(context.Background(), built.dir)
 		}
 	})
-	if server.err != nil {
-		t.Fatal(server.err)
+	if built.err != nil {
+		t.Fatal(built.err)
 	}
-	return server.bin
+	return built.bin
 }
 
 // runJSON runs the tool with --json --quiet and decodes its report.

@@ -8,8 +8,8 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/shardlimiter/shardlimiter/api/gubernator/gubpb"
 	"github.com/shardlimiter/shardlimiter/limit"
-	"github.com/shardlimiter/shardlimiter/transport/gubpb"
 )
 
 // apiGubernator: gubernator's pb.gubernator.V1/GetRateLimits, which a

@@ -14,6 +14,7 @@ import (
 
 	"github.com/shardlimiter/shardlimiter/limit"
 	"github.com/shardlimiter/shardlimiter/transport"
+	"github.com/shardlimiter/shardlimiter/transport/dial"
 )
 
 // ruleName is the rule name of every check the tool sends.
@@ -112,7 +113,7 @@ func dialTargets(addrs []string, conns int) ([]*target, error) {
 		t := &target{addr: a}
 		ts = append(ts, t)
 		for range conns {
-			c, err := transport.Dial(a, dialOptions...)
+			c, err := dial.Dial(a, dialOptions...)
 			if err != nil {
 				closeTargets(ts)
 				return nil, err

@@ -12,7 +12,7 @@ import (
 	"github.com/shardlimiter/shardlimiter/internal/poll"
 
 	"github.com/shardlimiter/shardlimiter/limit"
-	"github.com/shardlimiter/shardlimiter/transport"
+	"github.com/shardlimiter/shardlimiter/transport/dial"
 )
 
 // keyOwnedBy finds a key that tn's ring places on owner.
@@ -50,7 +50,7 @@ func TestFailPolicies(t *testing.T) {
 	for _, p := range []FailPolicy{FailLocal, FailOpen, FailClosed} {
 		t.Run(p.String(), func(t *testing.T) {
 			t.Parallel()
-			c := newTestCluster(t, 3, Config{FailPolicy: p, Peer: transport.PeerConfig{Timeout: 500 * time.Millisecond}})
+			c := newTestCluster(t, 3, Config{FailPolicy: p, Peer: dial.PeerConfig{Timeout: 500 * time.Millisecond}})
 			nodes := c.running()
 			key := keyOwnedBy(t, nodes[0], nodes[1].name)
 			// The owner dies; nobody has told the ring yet.
@@ -106,7 +106,7 @@ func TestLeaveReroutesKeys(t *testing.T) {
 // new owner.
 func TestChurnUnderLoad(t *testing.T) {
 	t.Parallel()
-	c := newTestCluster(t, 3, Config{Peer: transport.PeerConfig{Timeout: 300 * time.Millisecond}})
+	c := newTestCluster(t, 3, Config{Peer: dial.PeerConfig{Timeout: 300 * time.Millisecond}})
 	var stop atomic.Bool
 	var answered, itemErrors atomic.Int64
 	var wg sync.WaitGroup

@@ -11,7 +11,7 @@ import (
 
 	"github.com/shardlimiter/shardlimiter/internal/poll"
 	"github.com/shardlimiter/shardlimiter/limit"
-	"github.com/shardlimiter/shardlimiter/transport"
+	"github.com/shardlimiter/shardlimiter/transport/dial"
 )
 
 // spend sends hits of one check per key through tn and returns how many
@@ -53,7 +53,7 @@ func (c *testCluster) waitSettled() {
 // exactPeer is the peer config of the tests that assert exact counts: a
 // forward timeout far above the default, so that a CPU-starved test machine
 // (a load of 15 and more on 2 cores) rarely times a forward or a pull out.
-var exactPeer = transport.PeerConfig{Timeout: 10 * time.Second}
+var exactPeer = dial.PeerConfig{Timeout: 10 * time.Second}
 
 // degraded sums, over every node the cluster ever ran, the decisions made
 // by the fail policy and the handoffs given up on: the two documented ways

@@ -9,11 +9,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shardlimiter/shardlimiter/api/native"
+	"github.com/shardlimiter/shardlimiter/api/peers"
 	"github.com/shardlimiter/shardlimiter/internal/poll"
-
 	"github.com/shardlimiter/shardlimiter/limit"
 	"github.com/shardlimiter/shardlimiter/ring"
 	"github.com/shardlimiter/shardlimiter/transport"
+	"github.com/shardlimiter/shardlimiter/transport/server"
 )
 
 // staticGossip is a membership the test controls: every node of a
@@ -43,7 +45,7 @@ type testNode struct {
 	addr   string
 	node   *Node
 	gossip *staticGossip
-	srv    *transport.GRPCServer
+	srv    *server.Listener
 	cancel context.CancelFunc
 	done   chan struct{}
 	down   bool // server stopped (crash or leave)
@@ -131,7 +133,7 @@ func (c *testCluster) add() *testNode {
 	if err := tn.node.Restore(); err != nil {
 		t.Fatal(err)
 	}
-	tn.srv = transport.NewGRPCServer(transport.GRPCConfig{Checker: tn.node, Local: transport.CheckerFunc(tn.node.CheckLocal), State: tn.node})
+	tn.srv = nodeListener(tn.node)
 	go tn.srv.Serve(lis)
 	ctx, cancel := context.WithCancel(context.Background())
 	tn.cancel = cancel
@@ -220,4 +222,20 @@ func (c *testCluster) check(tn *testNode, checks ...limit.Check) []limit.Result 
 		c.t.Fatalf("Check on %s: %v", tn.name, err)
 	}
 	return res
+}
+
+// nodeListener is one listener with the node's client and peer APIs, as
+// the tests' nodes serve them on one address.
+func nodeListener(n *Node) *server.Listener {
+	l := server.NewClientListener(server.Config{})
+	native.Register(l, n, n)
+	peers.Register(l, transport.CheckerFunc(n.CheckLocal), n)
+	return l
+}
+
+// peerListener is a listener of the Peers service alone, answered by local.
+func peerListener(local transport.Checker) *server.Listener {
+	l := server.NewPeerListener(server.Config{})
+	peers.Register(l, local, nil)
+	return l
 }

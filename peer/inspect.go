@@ -23,7 +23,7 @@ import (
 // not hold is answered as a fresh key, and not created.
 
 // InspectLocal reads what this node holds of c's key under c's rule,
-// whoever owns it (transport.LocalInspector). c.Hits and the RESET flag
+// whoever owns it (api/peers.LocalInspector). c.Hits and the RESET flag
 // are ignored. Safe for concurrent use.
 func (n *Node) InspectLocal(_ context.Context, c limit.Check) (limit.KeyView, error) {
 	c.Hits, c.Chained = 0, false
@@ -70,7 +70,7 @@ func scratchLimiter(a limit.Algorithm) limiter {
 }
 
 // Inspect reads c's key on its owner, and on the node that holds its
-// replica when replication is on (transport.Inspector): the owner as this
+// replica when replication is on (api/inspect.Inspector): the owner as this
 // node routes the key now, asked over the peer port when it is another
 // node. A node that cannot be asked is answered in its view's Error. c's
 // rule must be filled in. Safe for concurrent use.

@@ -1,11 +1,13 @@
 package peer
 
-import "github.com/shardlimiter/shardlimiter/transport"
+import (
+	"github.com/shardlimiter/shardlimiter/ring"
+)
 
-// The node as the Cluster service's transport.MembershipSource: clients
-// learn this node's ring and send each check to its owner. Both methods
-// read the current view, lock-free, and may be called from any goroutine.
-var _ transport.MembershipSource = (*Node)(nil)
+// The node as the Cluster service's source (api/native.MembershipSource):
+// clients learn this node's ring and send each check to its owner. Both
+// methods read the current view, lock-free, and may be called from any
+// goroutine.
 
 // RingVersion returns the version of the node's current ring snapshot.
 func (n *Node) RingVersion() uint64 { return n.view.Load().snap.Version() }
@@ -13,22 +15,17 @@ func (n *Node) RingVersion() uint64 { return n.view.Load().snap.Version() }
 // Membership returns the node's current ring: its members with their
 // client gRPC addresses and the ring's Config, so that a client building
 // ring.New from them gets this node's owners.
-func (n *Node) Membership() transport.Membership {
+func (n *Node) Membership() ring.Membership {
 	snap := n.view.Load().snap
-	cfg := snap.Config()
-	m := transport.Membership{
+	m := ring.Membership{
 		Node:    n.cfg.Name,
 		Version: snap.Version(),
-		Members: make([]transport.Member, 0, snap.Len()),
-		Ring: transport.RingConfig{
-			PartitionCount:    cfg.PartitionCount,
-			ReplicationFactor: cfg.ReplicationFactor,
-			Load:              cfg.Load,
-		},
+		Members: make([]ring.Member, 0, snap.Len()),
+		Config:  snap.Config(),
 	}
 	for i := range snap.Len() {
 		mb := snap.Member(i)
-		m.Members = append(m.Members, transport.Member{Name: mb.Name, Addr: mb.Addr})
+		m.Members = append(m.Members, ring.Member{Name: mb.Name, Addr: mb.Addr})
 	}
 	return m
 }

@@ -20,8 +20,7 @@ func TestMembershipRebuildsTheNodesRing(t *testing.T) {
 	for _, mb := range m.Members {
 		members = append(members, ring.Member{Name: mb.Name, Addr: mb.Addr})
 	}
-	snap, err := ring.New(members, m.Version, ring.Config{
-		PartitionCount: m.Ring.PartitionCount, ReplicationFactor: m.Ring.ReplicationFactor, Load: m.Ring.Load})
+	snap, err := ring.New(members, m.Version, m.Config)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -43,7 +43,7 @@ import (
 	"github.com/shardlimiter/shardlimiter/limit"
 	"github.com/shardlimiter/shardlimiter/ring"
 	"github.com/shardlimiter/shardlimiter/table"
-	"github.com/shardlimiter/shardlimiter/transport"
+	"github.com/shardlimiter/shardlimiter/transport/dial"
 	"github.com/shardlimiter/shardlimiter/window"
 )
 
@@ -93,7 +93,7 @@ type Config struct {
 	// Ring configures the ring; every node must use the same.
 	Ring ring.Config
 	// Peer configures the forwarding clients.
-	Peer transport.PeerConfig
+	Peer dial.PeerConfig
 	// PeerBackoff is how long forwarding to a peer is suspended after a
 	// forward to it timed out or was refused (its checks go to the fail
 	// policy meanwhile); it doubles on each further failure, up to 20×,

@@ -11,13 +11,14 @@ import (
 	"github.com/shardlimiter/shardlimiter/limit"
 	"github.com/shardlimiter/shardlimiter/ring"
 	"github.com/shardlimiter/shardlimiter/transport"
+	"github.com/shardlimiter/shardlimiter/transport/dial"
 )
 
 // peerSet holds one batching client per peer, keyed by node name (never by
 // address alone: several nodes may share an IP). Clients are created on
 // first use and closed when their peer leaves the ring or changes address.
 type peerSet struct {
-	cfg     transport.PeerConfig
+	cfg     dial.PeerConfig
 	self    string        // this node's name, sent with state transfers
 	backoff time.Duration // first suspension after a failed forward
 	now     func() int64  // the suspensions' clock, Unix ns
@@ -30,13 +31,13 @@ type peerSet struct {
 
 type peerClient struct {
 	addr string
-	c    *transport.PeerClient
+	c    *dial.PeerClient
 	down *suspension
 	// standin forwards checks this peer decides as the stand-in of an
 	// unreachable owner; st moves key states. Both are made on first use,
 	// under peerSet.mu.
-	standin *transport.PeerClient
-	st      *transport.StateClient
+	standin *dial.PeerClient
+	st      *dial.StateClient
 	gone    bool // closed: make nothing more for it; guarded by peerSet.mu
 }
 
@@ -85,7 +86,7 @@ func (s *peerSet) allowed(m ring.Member) bool {
 	return pc == nil || pc.addr != peerAddr(m) || pc.down.allow(s.now())
 }
 
-func (s *peerSet) standinClient(pc *peerClient) (*transport.PeerClient, error) {
+func (s *peerSet) standinClient(pc *peerClient) (*dial.PeerClient, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed || pc.gone {
@@ -94,7 +95,7 @@ func (s *peerSet) standinClient(pc *peerClient) (*transport.PeerClient, error) {
 	if pc.standin == nil {
 		cfg := s.cfg
 		cfg.Standin = true
-		c, err := transport.NewPeerClient(pc.addr, cfg)
+		c, err := dial.NewPeerClient(pc.addr, cfg)
 		if err != nil {
 			return nil, err
 		}
@@ -104,7 +105,7 @@ func (s *peerSet) standinClient(pc *peerClient) (*transport.PeerClient, error) {
 }
 
 // state returns the state-transfer client of m.
-func (s *peerSet) state(m ring.Member) (*transport.StateClient, error) {
+func (s *peerSet) state(m ring.Member) (*dial.StateClient, error) {
 	pc, err := s.client(m)
 	if err != nil {
 		return nil, err
@@ -115,7 +116,7 @@ func (s *peerSet) state(m ring.Member) (*transport.StateClient, error) {
 		return nil, transport.ErrClosed
 	}
 	if pc.st == nil {
-		if pc.st, err = transport.NewStateClient(pc.addr, s.self, s.cfg); err != nil {
+		if pc.st, err = dial.NewStateClient(pc.addr, s.self, s.cfg); err != nil {
 			return nil, err
 		}
 	}
@@ -132,7 +133,7 @@ func (s *peerSet) client(m ring.Member) (*peerClient, error) {
 	if pc := s.clients[m.Name]; pc != nil && pc.addr == addr {
 		return pc, nil
 	}
-	c, err := transport.NewPeerClient(addr, s.cfg)
+	c, err := dial.NewPeerClient(addr, s.cfg)
 	if err != nil {
 		return nil, err
 	}

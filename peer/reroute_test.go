@@ -7,7 +7,7 @@ import (
 
 	"github.com/shardlimiter/shardlimiter/limit"
 	"github.com/shardlimiter/shardlimiter/ring"
-	"github.com/shardlimiter/shardlimiter/transport"
+	"github.com/shardlimiter/shardlimiter/transport/dial"
 )
 
 // TestForwardToAClosedClientIsRoutedAgain: a forward whose owner's client
@@ -31,7 +31,7 @@ func TestForwardToAClosedClientIsRoutedAgain(t *testing.T) {
 	c.waitConverged()
 
 	// The forward that was under way when the client closed.
-	pc, err := transport.NewPeerClient(leaving.addr, transport.PeerConfig{})
+	pc, err := dial.NewPeerClient(leaving.addr, dial.PeerConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}

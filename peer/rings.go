@@ -53,7 +53,7 @@ type ringsCache struct {
 	last RingsInfo
 }
 
-// Ring describes the ring this node routes by (transport.RingReporter).
+// Ring describes the ring this node routes by (api/peers.RingReporter).
 func (n *Node) Ring() transport.RingInfo {
 	snap := n.view.Load().snap
 	members := snap.Members()
@@ -123,6 +123,3 @@ func ringView(r transport.RingInfo) RingView {
 func hex64(v uint64) string {
 	return fmt.Sprintf("%016x", v)
 }
-
-// The node answers State's Ring call.
-var _ transport.RingReporter = (*Node)(nil)

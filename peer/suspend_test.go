@@ -11,6 +11,7 @@ import (
 	"github.com/shardlimiter/shardlimiter/limit"
 	"github.com/shardlimiter/shardlimiter/ring"
 	"github.com/shardlimiter/shardlimiter/transport"
+	"github.com/shardlimiter/shardlimiter/transport/dial"
 )
 
 // fixedGossip is a membership that never changes.
@@ -30,7 +31,7 @@ func TestHungOwnerIsSuspended(t *testing.T) {
 	t.Parallel()
 	var calls atomic.Int64
 	release := make(chan struct{})
-	hung := transport.NewGRPCServer(transport.GRPCConfig{Local: transport.CheckerFunc(
+	hung := peerListener(transport.CheckerFunc(
 		func(ctx context.Context, checks []limit.Check) ([]limit.Result, error) {
 			calls.Add(1)
 			select {
@@ -38,7 +39,7 @@ func TestHungOwnerIsSuspended(t *testing.T) {
 			case <-ctx.Done():
 			}
 			return nil, ctx.Err()
-		})})
+		}))
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -49,7 +50,7 @@ func TestHungOwnerIsSuspended(t *testing.T) {
 
 	members := []ring.Member{{Name: "self", Addr: "unused"}, {Name: "hung", Addr: lis.Addr().String()}}
 	n, err := New(Config{Name: "self", Gossip: fixedGossip{members}, PeerBackoff: time.Hour,
-		Peer: transport.PeerConfig{Timeout: 200 * time.Millisecond}})
+		Peer: dial.PeerConfig{Timeout: 200 * time.Millisecond}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +86,7 @@ func TestHungOwnerIsSuspended(t *testing.T) {
 func TestFallbackDecidesAtItsOwnTime(t *testing.T) {
 	t.Parallel()
 	called := make(chan struct{}, 1)
-	hung := transport.NewGRPCServer(transport.GRPCConfig{Local: transport.CheckerFunc(
+	hung := peerListener(transport.CheckerFunc(
 		func(ctx context.Context, checks []limit.Check) ([]limit.Result, error) {
 			select {
 			case called <- struct{}{}:
@@ -93,7 +94,7 @@ func TestFallbackDecidesAtItsOwnTime(t *testing.T) {
 			}
 			<-ctx.Done()
 			return nil, ctx.Err()
-		})})
+		}))
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -104,7 +105,7 @@ func TestFallbackDecidesAtItsOwnTime(t *testing.T) {
 	clk := newClock()
 	members := []ring.Member{{Name: "self", Addr: "unused"}, {Name: "hung", Addr: lis.Addr().String()}}
 	n, err := New(Config{Name: "self", Now: clk.Now, Gossip: fixedGossip{members},
-		Peer: transport.PeerConfig{Timeout: 300 * time.Millisecond}})
+		Peer: dial.PeerConfig{Timeout: 300 * time.Millisecond}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -500,7 +500,7 @@ type eachImporter interface {
 	ImportEach(states []limit.KeyState, now int64, mark bool, bad func(i int, err error))
 }
 
-// Push merges key states sent by another node (transport.StateService).
+// Push merges key states sent by another node (api/peers.StateService).
 // For a handoff, partitions lists those the sender has handed over whole:
 // an incoming one is settled. One this node's ring does not give it is
 // marked received, and so decided here until the ring agrees, only when its
@@ -534,7 +534,7 @@ func (n *Node) Push(ctx context.Context, from string, why limit.Transfer, partit
 	return nil
 }
 
-// Pull hands partitions over to the node from (transport.StateService):
+// Pull hands partitions over to the node from (api/peers.StateService):
 // those this node would still decide are marked moved to it first, then
 // the batches deciding under the old marks are waited for, then the keys
 // are exported.

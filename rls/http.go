@@ -11,6 +11,7 @@ import (
 
 	"github.com/shardlimiter/shardlimiter/rules"
 	"github.com/shardlimiter/shardlimiter/transport"
+	"github.com/shardlimiter/shardlimiter/transport/server"
 )
 
 // maxJSONBody bounds the body of POST /json.
@@ -23,7 +24,7 @@ const maxJSONBody = 1 << 20
 // Config.BodyBytes is 429 with Retry-After, as the native HTTP API answers
 // it, and its connection is closed; one that cannot be read or does not
 // decode is 400. A call that fails is answered as the native HTTP API
-// answers it (transport.WriteHTTPError): the HTTP status of its gRPC code
+// answers it (server.WriteHTTPError): the HTTP status of its gRPC code
 // and {"error": …}, and 429 with Retry-After when the node sheds it.
 func (s *Service) JSONHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -44,7 +45,7 @@ func (s *Service) JSONHandler() http.Handler {
 		}
 		resp, err := s.should(r.Context(), &req, s.cfg.JSONChecker)
 		if err != nil {
-			transport.WriteHTTPError(w, err) // 429 with Retry-After when shed
+			server.WriteHTTPError(w, err) // 429 with Retry-After when shed
 			return
 		}
 		out, err := protojson.Marshal(resp)
@@ -63,17 +64,17 @@ func (s *Service) JSONHandler() http.Handler {
 }
 
 // readBody reads the body of POST /json under the node's body-bytes bound
-// (transport.ReadBody), or answers why not and reports false. release
+// (server.ReadBody), or answers why not and reports false. release
 // gives the bytes back to the bound.
 func (s *Service) readBody(w http.ResponseWriter, r *http.Request) (body []byte, release func(), ok bool) {
-	body, release, err := transport.ReadBody(w, r, transport.BodyLimit{
+	body, release, err := server.ReadBody(w, r, server.BodyLimit{
 		Budget: s.cfg.BodyBytes, Max: maxJSONBody, Metrics: s.cfg.Telemetry})
 	var tooLarge *http.MaxBytesError
 	switch {
 	case errors.As(err, &tooLarge):
 		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body exceeds the limit of %d bytes", tooLarge.Limit))
 	case errors.Is(err, transport.ErrOverloaded):
-		transport.WriteHTTPError(w, err) // 429 with Retry-After, counted by ReadBody
+		server.WriteHTTPError(w, err) // 429 with Retry-After, counted by ReadBody
 	case err != nil:
 		writeError(w, http.StatusBadRequest, err.Error())
 	}

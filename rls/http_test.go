@@ -9,6 +9,7 @@ import (
 
 	"github.com/shardlimiter/shardlimiter/limit"
 	"github.com/shardlimiter/shardlimiter/transport"
+	"github.com/shardlimiter/shardlimiter/transport/server"
 )
 
 // TestJSONHandler: POST /json answers 200 when OK, 429 when OVER_LIMIT,
@@ -17,7 +18,7 @@ func TestJSONHandler(t *testing.T) {
 	t.Parallel()
 	const body = `{"domain":"d","descriptors":[{"entries":[{"key":"k","value":"a"}]}]}`
 	over := &fakeChecker{answers: map[string]limit.Result{"per_min": refusedAt(0, time.Second)}}
-	full := transport.NewInFlight(1)
+	full := server.NewInFlight(1)
 	full.TryAcquire(1) // another call holds the whole bound
 	for _, tc := range []struct {
 		name, body string
@@ -28,7 +29,7 @@ func TestJSONHandler(t *testing.T) {
 	}{
 		{"ok", body, &fakeChecker{}, http.StatusOK, "", `"overallCode":"OK"`},
 		{"over", body, over, http.StatusTooManyRequests, "", `"overallCode":"OVER_LIMIT"`},
-		{"shed", body, transport.BoundChecker(&fakeChecker{}, full, nil, transport.ListenerHTTP), http.StatusTooManyRequests, "1", `"retry_after_ms":100`},
+		{"shed", body, server.BoundChecker(&fakeChecker{}, full, nil, server.ListenerHTTP), http.StatusTooManyRequests, "1", `"retry_after_ms":100`},
 		{"bad json", `{"domain":`, &fakeChecker{}, http.StatusBadRequest, "", `"error"`},
 		{"no domain", `{"descriptors":[{"entries":[{"key":"k","value":"a"}]}]}`, &fakeChecker{}, http.StatusBadRequest, "", "domain"},
 	} {
@@ -67,13 +68,13 @@ func TestJSONHandlerBodyBounds(t *testing.T) {
 		{"bound full", body, int64(len(body)), bound, http.StatusTooManyRequests, "1", "close"},
 		{"bound full, chunked", body, -1, bound, http.StatusTooManyRequests, "1", "close"},
 	} {
-		budget := transport.NewInFlight(bound)
+		budget := server.NewInFlight(bound)
 		if tc.taken > 0 && !budget.TryAcquire(tc.taken) {
 			t.Fatalf("%s: TryAcquire(%d) on an idle bound failed", tc.name, tc.taken)
 		}
 		checker := &fakeChecker{}
 		s := newTestService(t, checker, false)
-		s.cfg.BodyBytes, s.cfg.Telemetry = budget, transport.NewMetrics(nil)
+		s.cfg.BodyBytes, s.cfg.Telemetry = budget, server.NewMetrics(nil)
 		req := httptest.NewRequest(http.MethodPost, "/json", strings.NewReader(tc.body))
 		req.ContentLength = tc.length
 		w := httptest.NewRecorder()

@@ -42,30 +42,30 @@ import (
 
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
-	"google.golang.org/grpc"
 
 	"github.com/shardlimiter/shardlimiter/rules"
 	"github.com/shardlimiter/shardlimiter/transport"
+	"github.com/shardlimiter/shardlimiter/transport/server"
 )
 
 // Config configures a Service.
 type Config struct {
 	// Checker decides the checks of a request: the node (peer.Node.Check),
 	// which forwards the keys it does not own, usually behind the client
-	// in-flight bound (transport.BoundChecker): a refusal for overload
+	// in-flight bound (server.BoundChecker): a refusal for overload
 	// fails the call with ResourceExhausted and a retry delay. Required.
 	Checker transport.Checker
 	// JSONChecker decides the checks of POST /json (so that its refusals
 	// are counted for the HTTP listener); nil means Checker.
 	JSONChecker transport.Checker
 	// BodyBytes bounds the request-body bytes being read at once on the
-	// node: the HTTP API's bound (transport.HTTPConfig.BodyBytes), which
+	// node: the HTTP listener's bound (server.HTTPConfig.BodyBytes), which
 	// POST /json bodies share. A body that does not fit is answered 429
 	// with Retry-After before any check. Nil means no bound.
-	BodyBytes *transport.InFlight
+	BodyBytes *server.InFlight
 	// Telemetry counts the POST /json bodies refused for BodyBytes, as
 	// the HTTP listener's sheds; nil counts nothing.
-	Telemetry *transport.Metrics
+	Telemetry *server.Metrics
 	// Rules holds the loaded rules. Nil, or a store holding no set, matches
 	// nothing: every descriptor answers OK.
 	Rules *rules.Store
@@ -129,15 +129,23 @@ func New(cfg Config) *Service {
 	return s
 }
 
-// ShouldRateLimitMethod is the full gRPC name of ShouldRateLimit, for
-// transport.GRPCConfig.ShedMethods: its calls take units of the client
-// in-flight bound (through Checker), so the server may refuse them at
-// their headers while that bound is full.
+// ShouldRateLimitMethod is the full gRPC name of ShouldRateLimit.
 const ShouldRateLimitMethod = rlspb.RateLimitService_ShouldRateLimit_FullMethodName
 
-// Register registers the service on s (the node's client gRPC server).
-func (s *Service) Register(srv *grpc.Server) {
-	rlspb.RegisterRateLimitServiceServer(srv, s)
+// Register registers the service on the client listener l. Its calls take
+// units of the client in-flight bound (through Checker), so the listener
+// refuses them at their headers while that bound is full.
+func (s *Service) Register(l *server.Listener) {
+	l.Register(&rlspb.RateLimitService_ServiceDesc, s, server.Shed("ShouldRateLimit"))
+}
+
+// RegisterHTTP registers POST /json (JSONHandler), GET /v1/config
+// (ConfigHandler) and POST /v1/config/match (MatchHandler) on the HTTP
+// listener h.
+func (s *Service) RegisterHTTP(h *server.HTTP) {
+	h.Handle("/json", s.JSONHandler())
+	h.Handle("/v1/config", ConfigHandler(s.cfg.Rules))
+	h.Handle("/v1/config/match", MatchHandler(s.cfg.Rules))
 }
 
 // ShouldRateLimit answers one request: one status per descriptor, in order.

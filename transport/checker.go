@@ -71,9 +71,9 @@ func (e *callError) Unwrap() []error {
 	return out
 }
 
-// callFailed describes the failure of call (what was asked of whom): kind is
+// CallFailed describes the failure of call (what was asked of whom): kind is
 // one of the Err values above or nil, cause what happened, or nil.
-func callFailed(call string, kind, cause error) error {
+func CallFailed(call string, kind, cause error) error {
 	msg := "transport: " + call
 	if kind != nil {
 		msg += ": " + strings.TrimPrefix(kind.Error(), "transport: ")
@@ -93,19 +93,19 @@ func causeText(err error) string {
 	return err.Error()
 }
 
-// batchError rejects a whole call whose batch holds too many items.
-type batchError struct{ n, max int }
+// BatchError rejects a whole call whose batch holds too many items.
+type BatchError struct{ N, Max int }
 
-func (e *batchError) Error() string {
-	return "transport: batch of " + strconv.Itoa(e.n) + " items exceeds the limit of " + strconv.Itoa(e.max)
+func (e *BatchError) Error() string {
+	return "transport: batch of " + strconv.Itoa(e.N) + " items exceeds the limit of " + strconv.Itoa(e.Max)
 }
 
-// malformedError is a request that is not valid proto: the whole call is
+// MalformedError is a request that is not valid proto: the whole call is
 // answered InvalidArgument.
-type malformedError struct{ err error }
+type MalformedError struct{ Err error }
 
-func (e *malformedError) Error() string { return e.err.Error() }
-func (e *malformedError) Unwrap() error { return e.err }
+func (e *MalformedError) Error() string { return e.Err.Error() }
+func (e *MalformedError) Unwrap() error { return e.Err }
 
 // Code returns the gRPC status code a server answers a failed call with:
 //
@@ -120,8 +120,8 @@ func (e *malformedError) Unwrap() error { return e.err }
 //	an error carrying a gRPC status          that status's code
 //	anything else                            Internal
 func Code(err error) codes.Code {
-	var be *batchError
-	var me *malformedError
+	var be *BatchError
+	var me *MalformedError
 	switch {
 	case err == nil:
 		return codes.OK
@@ -142,8 +142,8 @@ func Code(err error) codes.Code {
 	return codes.Internal
 }
 
-// httpStatus maps a gRPC code to the HTTP status of the JSON API.
-func httpStatus(c codes.Code) int {
+// HTTPStatus maps a gRPC code to the HTTP status of the JSON API.
+func HTTPStatus(c codes.Code) int {
 	switch c {
 	case codes.OK:
 		return http.StatusOK

@@ -8,12 +8,13 @@ import (
 	"google.golang.org/grpc/mem"
 )
 
-// codec is the gRPC codec of the server (grpc.ForceServerCodecV2) and of our
-// clients (grpc.ForceCodecV2 on each call). The wire format is the standard
+// codec is the gRPC codec of the servers (grpc.ForceServerCodecV2) and of
+// the clients (grpc.ForceCodecV2 on each call) of packages server and dial. The wire format is the standard
 // proto one and the content-subtype stays "proto", so that peers, grpcurl
-// and generated clients see no difference; only the Go side changes: the
-// messages of messages.go and State.Push's (state.go) are encoded and
-// decoded by package wire, and everything else (health, reflection,
+// and generated clients see no difference; only the Go side changes: a message that
+// is an [Encoder], [Encoded] or [Decoder] (the batches of server/messages.go
+// and dial/messages.go, State.Push's) is encoded or decoded by itself,
+// through package wire, and everything else (health, reflection,
 // State.Pull, any message we do not know) goes to grpc's standard proto
 // codec unchanged. It holds no state and is safe for concurrent use.
 type codec struct {
@@ -23,8 +24,27 @@ type codec struct {
 // codecName is the content-subtype of the standard codec.
 const codecName = "proto"
 
-// theCodec is shared by the servers and the clients.
-var theCodec = newCodec()
+// Codec is shared by the servers and the clients.
+var Codec encoding.CodecV2 = newCodec()
+
+// Encoder is a message that encodes itself (through package wire).
+type Encoder interface {
+	// Size is the length of the encoding, exactly.
+	Size() int
+	AppendTo(b []byte) ([]byte, error)
+}
+
+// Encoded is a message already in wire form.
+type Encoded interface {
+	// Buffers returns the encoding; gRPC holds them until it has sent them.
+	Buffers() mem.BufferSlice
+}
+
+// Decoder is a message that decodes itself. Decode must copy what it
+// keeps of data, which is freed when it returns.
+type Decoder interface {
+	Decode(data []byte) error
+}
 
 func newCodec() *codec {
 	std := encoding.GetCodecV2(codecName)
@@ -38,30 +58,30 @@ func (c *codec) Name() string { return codecName }
 
 func (c *codec) Marshal(v any) (mem.BufferSlice, error) {
 	switch m := v.(type) {
-	case wireMessage:
+	case Encoder:
 		return marshalSized(m)
-	case *encodedRequest:
-		return m.buffers(), nil
+	case Encoded:
+		return m.Buffers(), nil
 	}
 	return c.std.Marshal(v)
 }
 
 func (c *codec) Unmarshal(data mem.BufferSlice, v any) error {
-	m, ok := v.(wireReply)
+	m, ok := v.(Decoder)
 	if !ok {
 		return c.std.Unmarshal(data, v)
 	}
 	buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
 	defer buf.Free()
-	return m.decode(buf.ReadOnlyData()) // copies what it keeps: buf is freed
+	return m.Decode(buf.ReadOnlyData()) // copies what it keeps: buf is freed
 }
 
 // marshalSized encodes m into a buffer of its exact size, pooled when large
 // enough to be worth it (as the standard codec does).
-func marshalSized(m wireMessage) (mem.BufferSlice, error) {
-	size := m.size()
+func marshalSized(m Encoder) (mem.BufferSlice, error) {
+	size := m.Size()
 	if mem.IsBelowBufferPoolingThreshold(size) {
-		b, err := m.appendTo(make([]byte, 0, size))
+		b, err := m.AppendTo(make([]byte, 0, size))
 		if err != nil {
 			return nil, err
 		}
@@ -69,7 +89,7 @@ func marshalSized(m wireMessage) (mem.BufferSlice, error) {
 	}
 	pool := mem.DefaultBufferPool()
 	buf := pool.Get(size)
-	b, err := m.appendTo((*buf)[:0])
+	b, err := m.AppendTo((*buf)[:0])
 	if err == nil && len(b) != size {
 		err = fmt.Errorf("transport: encoded %d bytes, sized %d", len(b), size)
 	}

@@ -9,7 +9,7 @@
 // types stop here; everything outside speaks the limit vocabulary. Status
 // codes, gRPC and HTTP alike, are decided in this package alone (see [Code]).
 //
-// One codec, package transport/internal/wire, encodes and decodes batches of
+// One codec, package transport/wire, encodes and decodes batches of
 // checks and of results, and the key states of State.Push (handoff and
 // replication), straight from and into the limit types, for the servers and
 // the clients alike (see codec.go, messages.go and state.go). The generated

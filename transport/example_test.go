@@ -3,53 +3,24 @@ package transport_test
 import (
 	"context"
 	"fmt"
-	"net"
-	"time"
 
-	"github.com/shardlimiter/shardlimiter/limit"
 	"github.com/shardlimiter/shardlimiter/transport"
 )
 
-// A node serves its Checker over gRPC; a client asks about one key.
-func Example() {
-	// The node: here a Checker that admits up to the limit in one call.
-	node := transport.CheckerFunc(func(_ context.Context, checks []limit.Check) ([]limit.Result, error) {
-		results := make([]limit.Result, len(checks))
-		for i, c := range checks {
-			allowed := c.Hits <= c.Rule.Limit
-			results[i] = limit.Result{Owner: "node-a", Decision: limit.Decision{Allowed: allowed}}
-			if allowed {
-				results[i].Remaining = c.Rule.Limit - c.Hits
-			}
-		}
-		return results, nil
-	})
-	srv := transport.NewGRPCServer(transport.GRPCConfig{Checker: node, Local: node})
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		fmt.Println(err)
-		return
+// A Checker chooses the status of a failed call by the error it returns;
+// every server of the node answers the same code for it.
+func ExampleCode() {
+	for _, err := range []error{
+		nil,
+		fmt.Errorf("node: %w", transport.ErrShuttingDown),
+		fmt.Errorf("flood: %w", transport.ErrOverloaded),
+		context.DeadlineExceeded,
+	} {
+		fmt.Println(transport.Code(err), transport.HTTPStatus(transport.Code(err)))
 	}
-	go srv.Serve(lis)
-	defer srv.GracefulStop()
-	srv.SetServing(true)
-
-	client, err := transport.Dial(lis.Addr().String())
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	defer client.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	results, err := client.GetRateLimits(ctx, []limit.Check{{
-		Name: "api_per_minute", Key: "account:42", Hits: 1,
-		Rule: limit.Rule{Algorithm: limit.TokenBucket, Limit: 100, Period: time.Minute},
-	}})
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	fmt.Printf("allowed=%v remaining=%d owner=%s\n", results[0].Allowed, results[0].Remaining, results[0].Owner)
-	// Output: allowed=true remaining=99 owner=node-a
+	// Output:
+	// OK 200
+	// Unavailable 503
+	// ResourceExhausted 429
+	// DeadlineExceeded 504
 }

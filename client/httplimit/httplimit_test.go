@@ -12,6 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shardlimiter/shardlimiter/api/native"
+	"github.com/shardlimiter/shardlimiter/transport/server"
+
 	"go.uber.org/goleak"
 
 	"github.com/shardlimiter/shardlimiter/client"
@@ -56,7 +59,8 @@ func serveLimiter(t *testing.T, checker transport.Checker) *client.Client {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := transport.NewGRPCServer(transport.GRPCConfig{Checker: checker})
+	srv := server.NewClientListener(server.Config{})
+	native.Register(srv, checker, nil)
 	done := make(chan struct{})
 	go func() { defer close(done); srv.Serve(lis) }()
 	t.Cleanup(func() { srv.Stop(); <-done })

@@ -17,7 +17,7 @@ import (
 	"github.com/shardlimiter/shardlimiter/internal/certs"
 
 	"github.com/shardlimiter/shardlimiter/limit"
-	"github.com/shardlimiter/shardlimiter/transport"
+	"github.com/shardlimiter/shardlimiter/transport/dial"
 )
 
 // runCheck is `shardlimiter check`: one check against a running server,
@@ -134,7 +134,7 @@ func (f tlsFlags) config(server string) (*tls.Config, error) {
 
 // dial connects to server's gRPC port; on failure it says so on stderr
 // (as subcommand cmd) and returns nil and the exit code.
-func (f tlsFlags) dial(server, cmd string, stderr io.Writer) (*transport.Client, int) {
+func (f tlsFlags) dial(server, cmd string, stderr io.Writer) (*dial.Client, int) {
 	cfg, err := f.config(server)
 	if err != nil {
 		fmt.Fprintf(stderr, "shardlimiter %s: %v\n", cmd, err)
@@ -144,7 +144,7 @@ func (f tlsFlags) dial(server, cmd string, stderr io.Writer) (*transport.Client,
 	if cfg != nil {
 		opts = append(opts, grpc.WithTransportCredentials(credentials.NewTLS(cfg)))
 	}
-	client, err := transport.Dial(server, opts...)
+	client, err := dial.Dial(server, opts...)
 	if err != nil {
 		fmt.Fprintf(stderr, "shardlimiter %s: %v\n", cmd, err)
 		return nil, exitFail

@@ -16,7 +16,7 @@ import (
 	"github.com/shardlimiter/shardlimiter/client"
 	"github.com/shardlimiter/shardlimiter/internal/poll"
 	"github.com/shardlimiter/shardlimiter/limit"
-	"github.com/shardlimiter/shardlimiter/transport"
+	"github.com/shardlimiter/shardlimiter/transport/dial"
 )
 
 // forwarded is the checks p has forwarded to other nodes.
@@ -109,7 +109,7 @@ func TestClientAgainstThreeProcesses(t *testing.T) {
 
 	// The metric does count forwards: a plain connection to one node sends
 	// it keys that others own.
-	plain, err := transport.Dial(procs[0].grpc)
+	plain, err := dial.Dial(procs[0].grpc)
 	if err != nil {
 		t.Fatal(err)
 	}

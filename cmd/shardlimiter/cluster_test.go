@@ -18,7 +18,7 @@ import (
 	"github.com/shardlimiter/shardlimiter/internal/poll"
 
 	"github.com/shardlimiter/shardlimiter/limit"
-	"github.com/shardlimiter/shardlimiter/transport"
+	"github.com/shardlimiter/shardlimiter/transport/dial"
 )
 
 // proc is one shardlimiter process of a multi-process test.
@@ -166,9 +166,9 @@ func TestThreeProcessesOnDistinctAddresses(t *testing.T) {
 		return true
 	}, "condition")
 
-	clients := make([]*transport.Client, len(procs))
+	clients := make([]*dial.Client, len(procs))
 	for i, p := range procs {
-		c, err := transport.Dial(p.grpc)
+		c, err := dial.Dial(p.grpc)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -299,7 +299,7 @@ func TestRollingRestartKeepsCounts(t *testing.T) {
 			if i == skip {
 				continue
 			}
-			c, err := transport.Dial(p.grpc)
+			c, err := dial.Dial(p.grpc)
 			if err != nil {
 				t.Fatal(err)
 			}

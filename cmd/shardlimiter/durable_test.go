@@ -18,7 +18,7 @@ import (
 	"github.com/shardlimiter/shardlimiter/internal/poll"
 	"github.com/shardlimiter/shardlimiter/limit"
 	"github.com/shardlimiter/shardlimiter/snapshot"
-	"github.com/shardlimiter/shardlimiter/transport"
+	"github.com/shardlimiter/shardlimiter/transport/dial"
 )
 
 // hourlyRule returns a FIXED_WINDOW rule of a whole number of hours whose
@@ -106,7 +106,7 @@ func (c *durableCluster) stopAll(sig syscall.Signal) {
 // consumed peeks at every key under r through node i and returns the hits
 // each has consumed (limit − remaining).
 func (c *durableCluster) consumed(i int, name string, r limit.Rule, keys int) ([]int64, error) {
-	cl, err := transport.Dial(c.procs[i].grpc)
+	cl, err := dial.Dial(c.procs[i].grpc)
 	if err != nil {
 		return nil, err
 	}
@@ -133,9 +133,9 @@ func (c *durableCluster) consumed(i int, name string, r limit.Rule, keys int) ([
 // node, and fails the test on an error or a refusal (the limits are far).
 func (c *durableCluster) hit(name string, r limit.Rule, per []int64) {
 	c.t.Helper()
-	clients := make([]*transport.Client, len(c.procs))
+	clients := make([]*dial.Client, len(c.procs))
 	for i, p := range c.procs {
-		cl, err := transport.Dial(p.grpc)
+		cl, err := dial.Dial(p.grpc)
 		if err != nil {
 			c.t.Fatal(err)
 		}

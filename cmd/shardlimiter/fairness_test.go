@@ -18,6 +18,7 @@ import (
 
 	"github.com/shardlimiter/shardlimiter/internal/poll"
 	"github.com/shardlimiter/shardlimiter/transport"
+	"github.com/shardlimiter/shardlimiter/transport/dial"
 )
 
 // latencies collects call durations for percentiles in the log.
@@ -190,7 +191,7 @@ func TestFloodProcess(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%s: %v", floodSpecEnv, err)
 	}
-	clients := make([]*transport.Client, conns)
+	clients := make([]*dial.Client, conns)
 	for i := range clients {
 		clients[i] = dialAPI(t, addr)
 		if _, err := clients[i].GetRateLimits(context.Background(), okBatch("probe", 1)); err != nil && !transport.IsShed(err) {

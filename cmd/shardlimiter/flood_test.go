@@ -15,7 +15,7 @@ import (
 	"github.com/shardlimiter/shardlimiter/internal/poll"
 
 	"github.com/shardlimiter/shardlimiter/limit"
-	"github.com/shardlimiter/shardlimiter/transport"
+	"github.com/shardlimiter/shardlimiter/transport/dial"
 )
 
 // rssBytes returns the resident set size of process pid (Linux), or -1.
@@ -56,7 +56,7 @@ func TestMemoryBudgetHoldsUnderFloods(t *testing.T) {
 	bin := buildBinary(t)
 	p := startProc(t, bin, "127.0.0.1", freeGossipPort(t, "127.0.0.1"), "", "--max-memory", strconv.Itoa(maxMemory))
 	url := "http://" + p.http
-	c, err := transport.Dial(p.grpc)
+	c, err := dial.Dial(p.grpc)
 	if err != nil {
 		t.Fatal(err)
 	}

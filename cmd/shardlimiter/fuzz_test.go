@@ -7,8 +7,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/shardlimiter/shardlimiter/api/native"
 	"github.com/shardlimiter/shardlimiter/peer"
-	"github.com/shardlimiter/shardlimiter/transport"
+	tserver "github.com/shardlimiter/shardlimiter/transport/server"
 )
 
 // FuzzHTTPBodyThroughNode feeds arbitrary bodies to POST /v1/GetRateLimits
@@ -30,7 +31,8 @@ func FuzzHTTPBodyThroughNode(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	h := transport.NewHTTPHandler(transport.HTTPConfig{Checker: n, MaxBatch: 50})
+	h := tserver.NewHTTP(tserver.HTTPConfig{MaxBatch: 50})
+	native.RegisterHTTP(h, n)
 	f.Fuzz(func(t *testing.T, body string) {
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/v1/GetRateLimits", strings.NewReader(body)))

@@ -18,10 +18,12 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 
+	gubapi "github.com/shardlimiter/shardlimiter/api/gubernator"
+	"github.com/shardlimiter/shardlimiter/api/gubernator/gubpb"
 	"github.com/shardlimiter/shardlimiter/internal/poll"
 	"github.com/shardlimiter/shardlimiter/limit"
 	"github.com/shardlimiter/shardlimiter/transport"
-	"github.com/shardlimiter/shardlimiter/transport/gubpb"
+	"github.com/shardlimiter/shardlimiter/transport/dial"
 )
 
 // gubernator's API on the node (compat/gubernator holds gubernator's own
@@ -41,9 +43,9 @@ func TestGubernatorAPIOnTheNode(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	poll.Until(t, 5*time.Second, func() bool {
-		r, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: transport.GubernatorServiceName})
+		r, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: gubapi.ServiceName})
 		return err == nil && r.Status == healthpb.HealthCheckResponse_SERVING
-	}, "health SERVING for "+transport.GubernatorServiceName)
+	}, "health SERVING for "+gubapi.ServiceName)
 	stream, err := reflectionpb.NewServerReflectionClient(conn).ServerReflectionInfo(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -78,7 +80,7 @@ func TestGubernatorAPIOnTheNode(t *testing.T) {
 	}
 
 	// the native API refuses the gubernator algorithms: they are internal
-	c, err := transport.Dial(s.grpc)
+	c, err := dial.Dial(s.grpc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,7 +134,7 @@ func BenchmarkGubernatorAPI(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer conn.Close()
-	native, err := transport.Dial(p.grpc)
+	native, err := dial.Dial(p.grpc)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/shardlimiter/shardlimiter/transport"
+	tserver "github.com/shardlimiter/shardlimiter/transport/server"
 )
 
 // validateLimits reads the flags that bound the node's work and
@@ -24,8 +24,8 @@ func validateLimits(raw map[string]*string, c *config, bad func(name, format str
 		}
 		return n
 	}
-	c.maxInflight = inflight("max-inflight", transport.DefaultInFlightChecks(c.maxBatch))
-	c.maxPeerFlight = inflight("max-peer-inflight", transport.DefaultPeerInFlightChecks(c.maxBatch))
+	c.maxInflight = inflight("max-inflight", tserver.DefaultInFlightChecks(c.maxBatch))
+	c.maxPeerFlight = inflight("max-peer-inflight", tserver.DefaultPeerInFlightChecks(c.maxBatch))
 	var err error
 	if c.maxMemory, c.memorySource, err = memoryBudget(*raw["max-memory"], os.ReadFile); err != nil {
 		bad("max-memory", "%v", err)

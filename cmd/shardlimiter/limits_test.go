@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shardlimiter/shardlimiter/transport"
+	tserver "github.com/shardlimiter/shardlimiter/transport/server"
 )
 
 func TestLimitFlags(t *testing.T) {
@@ -15,7 +15,7 @@ func TestLimitFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.maxInflight != transport.DefaultInFlightChecks(1000) || c.maxPeerFlight != transport.DefaultPeerInFlightChecks(1000) ||
+	if c.maxInflight != tserver.DefaultInFlightChecks(1000) || c.maxPeerFlight != tserver.DefaultPeerInFlightChecks(1000) ||
 		c.maxMemory <= 0 || c.memorySource == memoryFromFlag || c.readTimeout != 15*time.Second || c.idleTimeout != 60*time.Second {
 		t.Fatalf("defaults: inflight %d peer %d memory %d (%s) read %v idle %v",
 			c.maxInflight, c.maxPeerFlight, c.maxMemory, c.memorySource, c.readTimeout, c.idleTimeout)

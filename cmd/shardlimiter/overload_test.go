@@ -17,6 +17,7 @@ import (
 
 	"github.com/shardlimiter/shardlimiter/limit"
 	"github.com/shardlimiter/shardlimiter/transport"
+	"github.com/shardlimiter/shardlimiter/transport/dial"
 )
 
 // Connection and overload reproductions against a node (docs/PERFORMANCE.md,
@@ -47,7 +48,7 @@ func jsonBatch(prefix string, n int) string {
 
 // wellBehaved makes one gRPC and one HTTP call of a few checks and
 // reports the first failure.
-func wellBehaved(client *transport.Client, httpAddr string) error {
+func wellBehaved(client *dial.Client, httpAddr string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if res, err := client.GetRateLimits(ctx, okBatch("good", 3)); err != nil || len(res) != 3 || res[0].Error != "" {

@@ -20,7 +20,7 @@ import (
 	"github.com/shardlimiter/shardlimiter/internal/certs/certstest"
 	"github.com/shardlimiter/shardlimiter/internal/poll"
 	"github.com/shardlimiter/shardlimiter/limit"
-	"github.com/shardlimiter/shardlimiter/transport"
+	"github.com/shardlimiter/shardlimiter/transport/dial"
 	"github.com/shardlimiter/shardlimiter/transport/pb"
 )
 
@@ -36,9 +36,9 @@ func converge(t *testing.T, procs ...*proc) {
 	}, "%d nodes converge", len(procs))
 }
 
-func dialAPI(t *testing.T, addr string) *transport.Client {
+func dialAPI(t *testing.T, addr string) *dial.Client {
 	t.Helper()
-	c, err := transport.Dial(addr)
+	c, err := dial.Dial(addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +91,7 @@ func TestPeersOnlyOnThePeerPort(t *testing.T) {
 		t.Errorf("Peers on the client port = %v, want Unimplemented", err)
 	}
 
-	attacker, err := transport.NewPeerClient(a.peer, transport.PeerConfig{Timeout: 5 * time.Second})
+	attacker, err := dial.NewPeerClient(a.peer, dial.PeerConfig{Timeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,7 +191,7 @@ func TestPeerMTLS(t *testing.T) {
 		"plaintext":           insecure.NewCredentials(),
 		"another CA's client": credentials.NewTLS(mustStore(t, other.WriteFiles(t, dir, "x", peerLeaf)).ClientConfig()),
 	} {
-		pc, err := transport.NewPeerClient(a.peer, transport.PeerConfig{Timeout: 5 * time.Second,
+		pc, err := dial.NewPeerClient(a.peer, dial.PeerConfig{Timeout: 5 * time.Second,
 			DialOptions: []grpc.DialOption{grpc.WithTransportCredentials(creds)}})
 		if err != nil {
 			t.Fatal(err)
@@ -201,7 +201,7 @@ func TestPeerMTLS(t *testing.T) {
 		}
 		pc.Close()
 	}
-	member, err := transport.NewPeerClient(a.peer, transport.PeerConfig{Timeout: 5 * time.Second,
+	member, err := dial.NewPeerClient(a.peer, dial.PeerConfig{Timeout: 5 * time.Second,
 		DialOptions: []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(mustStore(t, aFiles).ClientConfig()))}})
 	if err != nil {
 		t.Fatal(err)

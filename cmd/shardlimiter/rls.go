@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -12,12 +11,12 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/net/http/httpguts"
-	"google.golang.org/grpc"
 
 	"github.com/shardlimiter/shardlimiter/rls"
 	"github.com/shardlimiter/shardlimiter/rules"
 	"github.com/shardlimiter/shardlimiter/rules/rulesfile"
 	"github.com/shardlimiter/shardlimiter/transport"
+	tserver "github.com/shardlimiter/shardlimiter/transport/server"
 )
 
 // rlsConfig is the command line of the rules and of Envoy's rate-limit
@@ -91,11 +90,12 @@ func (r *rlsServer) loadedAt() float64 {
 }
 
 // newRLS loads the rules (a broken file stops the start) and builds the
-// service on checker, the node, behind bound, the client calls' in-flight
-// bound: a call takes one unit per check, and is refused (shed, counted
-// in tm) when they do not fit, as the native API's calls are. The bodies
-// of POST /json count against bodyBytes, the HTTP API's body-bytes bound.
-func newRLS(cfg rlsConfig, checker transport.Checker, bound, bodyBytes *transport.InFlight, tm *transport.Metrics, reg prometheus.Registerer, log *slog.Logger) (*rlsServer, error) {
+// service on checker, the node, behind b.client, the client calls'
+// in-flight bound: a call takes one unit per check, and is refused (shed,
+// counted) when they do not fit, as the native API's calls are. The
+// bodies of POST /json count against b.body, the HTTP listener's
+// body-bytes bound.
+func newRLS(cfg rlsConfig, checker transport.Checker, b bounds, reg prometheus.Registerer, log *slog.Logger) (*rlsServer, error) {
 	r := &rlsServer{cfg: cfg, log: log, store: rules.NewStore(nil)}
 	if len(cfg.files) > 0 {
 		set, err := rules.Load(cfg.files...)
@@ -115,10 +115,10 @@ func newRLS(cfg rlsConfig, checker transport.Checker, bound, bodyBytes *transpor
 		Help: "When the rules in force were loaded (Unix time); 0 without --config."}, r.loadedAt)
 	reg.MustRegister(r.loaded, r.refused, version)
 	r.svc = rls.New(rls.Config{
-		Checker:     transport.BoundChecker(checker, bound, tm, transport.ListenerGRPC),
-		JSONChecker: transport.BoundChecker(checker, bound, tm, transport.ListenerHTTP),
-		BodyBytes:   bodyBytes,
-		Telemetry:   tm,
+		Checker:     tserver.BoundChecker(checker, b.client, b.listeners, tserver.ListenerGRPC),
+		JSONChecker: tserver.BoundChecker(checker, b.client, b.listeners, tserver.ListenerHTTP),
+		BodyBytes:   b.body,
+		Telemetry:   b.listeners,
 		Rules:       r.store, Shadow: cfg.shadow, Registerer: reg,
 		Headers: cfg.headers, HeadersFormat: cfg.headersFormat, HeaderNames: cfg.headerNames,
 		StopIncrementWhenOverLimit: cfg.stopIncrement, DynamicMetadata: cfg.metadata,
@@ -131,25 +131,6 @@ func newRLS(cfg rlsConfig, checker transport.Checker, bound, bodyBytes *transpor
 // checker is the client API's Checker: items that name a rule take it.
 func (r *rlsServer) checker(next transport.Checker) transport.Checker {
 	return rls.ByName{Rules: r.store, Next: next}
-}
-
-// register serves envoy.service.ratelimit.v3.RateLimitService.
-func (r *rlsServer) register(s *grpc.Server) { r.svc.Register(s) }
-
-// shedMethods are the methods of register that take units of the client
-// bound: the client server refuses them at their headers while it is full,
-// as it does GetRateLimits (GRPCConfig.ShedMethods).
-func (r *rlsServer) shedMethods() []string { return []string{rls.ShouldRateLimitMethod} }
-
-// handler serves POST /json, GET /v1/config and POST /v1/config/match,
-// and next otherwise.
-func (r *rlsServer) handler(next http.Handler) http.Handler {
-	mux := http.NewServeMux()
-	mux.Handle("/json", r.svc.JSONHandler())
-	mux.Handle("/v1/config", rls.ConfigHandler(r.store))
-	mux.Handle("/v1/config/match", rls.MatchHandler(r.store))
-	mux.Handle("/", next)
-	return mux
 }
 
 // run reloads the rules when their files change until ctx is done

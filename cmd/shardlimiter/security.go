@@ -16,7 +16,7 @@ import (
 	"github.com/shardlimiter/shardlimiter/gossip"
 	"github.com/shardlimiter/shardlimiter/internal/certs"
 	"github.com/shardlimiter/shardlimiter/internal/filewatch"
-	"github.com/shardlimiter/shardlimiter/transport"
+	tserver "github.com/shardlimiter/shardlimiter/transport/server"
 )
 
 // reloadEvery is how often the key and certificate files are compared with
@@ -83,8 +83,8 @@ func loadSecurity(cfg config, log *slog.Logger, reg prometheus.Registerer) (*sec
 		Help: "Changed key and certificate files that could not be loaded (the previous ones stay in use), by kind.",
 	}, []string{"kind"})
 	reg.MustRegister(s.refused, s.reloads, s.reloadErrors)
-	for _, l := range []string{transport.ListenerGRPC, transport.ListenerPeer, transport.ListenerHTTP} {
-		for _, r := range []string{transport.RefusedPlaintext, transport.RefusedNoCertificate, transport.RefusedBadCert, transport.RefusedOther} {
+	for _, l := range []string{tserver.ListenerGRPC, tserver.ListenerPeer, tserver.ListenerHTTP} {
+		for _, r := range []string{tserver.RefusedPlaintext, tserver.RefusedNoCertificate, tserver.RefusedBadCert, tserver.RefusedOther} {
 			s.refused.WithLabelValues(l, r)
 		}
 	}

@@ -19,10 +19,16 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
+	gubapi "github.com/shardlimiter/shardlimiter/api/gubernator"
+	"github.com/shardlimiter/shardlimiter/api/inspect"
+	"github.com/shardlimiter/shardlimiter/api/native"
+	"github.com/shardlimiter/shardlimiter/api/peers"
 	"github.com/shardlimiter/shardlimiter/gossip"
 	"github.com/shardlimiter/shardlimiter/peer"
 	"github.com/shardlimiter/shardlimiter/statuspage"
 	"github.com/shardlimiter/shardlimiter/transport"
+	"github.com/shardlimiter/shardlimiter/transport/dial"
+	tserver "github.com/shardlimiter/shardlimiter/transport/server"
 )
 
 // The node sees membership through peer.Gossip, which gossip provides.
@@ -40,9 +46,9 @@ type server struct {
 	gubLis    net.Listener // nil without --gubernator-http-addr
 	gossip    *gossip.Membership
 	node      *peer.Node
-	rls       *rlsServer            // rules and Envoy's rate-limit service (rls.go)
-	grpc      *transport.GRPCServer // client API
-	peers     *transport.GRPCServer // peer RPCs
+	rls       *rlsServer        // rules and Envoy's rate-limit service (rls.go)
+	grpc      *tserver.Listener // client API
+	peers     *tserver.Listener // peer RPCs
 	http      *http.Server
 	health    *http.Server // nil without --health-addr
 	gubHTTP   *http.Server // gubernator's gateway; nil without --gubernator-http-addr
@@ -60,87 +66,133 @@ func newServer(cfg config, log *slog.Logger) (s *server, err error) {
 	if s.sec, err = loadSecurity(cfg, log, reg); err != nil {
 		return nil, err
 	}
-	var opened []net.Listener
+	if err = s.bind(); err != nil {
+		return nil, err
+	}
 	defer func() {
 		if err != nil {
-			for _, l := range opened {
-				l.Close()
-			}
+			s.closeListeners()
 		}
 	}()
-	listen := func(name, addr string) (net.Listener, error) {
-		l, err := net.Listen("tcp", addr)
-		if err != nil {
-			return nil, fmt.Errorf("%s listener: %w", name, err)
-		}
-		opened = append(opened, l)
-		return l, nil
-	}
-	if s.grpcLis, err = listen("grpc", cfg.grpcAddr); err != nil {
+	name := s.identify()
+	b := newBounds(cfg, reg)
+	if err = s.newGossip(name, reg); err != nil {
 		return nil, err
 	}
-	if s.peerLis, err = listen("peer", cfg.peerAddr); err != nil {
+	if err = s.newNode(name, b, reg); err != nil {
 		return nil, err
 	}
-	if s.httpLis, err = listen("http", cfg.httpAddr); err != nil {
+	// Before anything serves: a check decided before the merge would be
+	// counted from a fresh key.
+	if err = s.node.Restore(); err != nil {
 		return nil, err
 	}
-	if cfg.healthAddr != "" {
-		if s.healthLis, err = listen("health", cfg.healthAddr); err != nil {
-			return nil, err
-		}
+	if s.rls, err = newRLS(cfg.rls, s.node, b, reg, log); err != nil {
+		return nil, err
 	}
-	if cfg.gubHTTPAddr != "" {
-		if s.gubLis, err = listen("gubernator-http", cfg.gubHTTPAddr); err != nil {
-			return nil, err
-		}
-	}
+	s.newListeners(b, reg)
+	return s, nil
+}
 
-	host := advertiseHost(cfg)
+// bind opens the listeners of the flags; on error none is left open.
+func (s *server) bind() error {
+	for _, l := range []struct {
+		name, addr string
+		lis        *net.Listener
+	}{
+		{"grpc", s.cfg.grpcAddr, &s.grpcLis},
+		{"peer", s.cfg.peerAddr, &s.peerLis},
+		{"http", s.cfg.httpAddr, &s.httpLis},
+		{"health", s.cfg.healthAddr, &s.healthLis},
+		{"gubernator-http", s.cfg.gubHTTPAddr, &s.gubLis},
+	} {
+		if l.addr == "" && l.name != "grpc" && l.name != "peer" && l.name != "http" {
+			continue // an optional listener that is off
+		}
+		lis, err := net.Listen("tcp", l.addr)
+		if err != nil {
+			s.closeListeners()
+			return fmt.Errorf("%s listener: %w", l.name, err)
+		}
+		*l.lis = lis
+	}
+	return nil
+}
+
+// closeListeners closes the listeners bind opened.
+func (s *server) closeListeners() {
+	for _, l := range []net.Listener{s.grpcLis, s.peerLis, s.httpLis, s.healthLis, s.gubLis} {
+		if l != nil {
+			l.Close()
+		}
+	}
+}
+
+// identify sets the advertised addresses and returns the node's name:
+// --node-name, or one derived from the host and the gossip port (the gRPC
+// port when gossip binds :0, which keeps names unique per host).
+func (s *server) identify() string {
+	host := advertiseHost(s.cfg)
 	grpcPort := s.grpcLis.Addr().(*net.TCPAddr).Port
 	s.grpcAddr = net.JoinHostPort(host, strconv.Itoa(grpcPort))
 	s.peerAddr = net.JoinHostPort(host, strconv.Itoa(s.peerLis.Addr().(*net.TCPAddr).Port))
-	name := cfg.nodeName
-	if name == "" {
-		_, gp, _ := net.SplitHostPort(cfg.gossipAddr)
-		port, _ := strconv.Atoi(gp)
-		if port == 0 {
-			port = grpcPort // :0 gossip: the gRPC port keeps names unique per host
-		}
-		name = defaultNodeName(host, port)
+	if s.cfg.nodeName != "" {
+		return s.cfg.nodeName
 	}
+	_, gp, _ := net.SplitHostPort(s.cfg.gossipAddr)
+	port, _ := strconv.Atoi(gp)
+	if port == 0 {
+		port = grpcPort
+	}
+	return defaultNodeName(host, port)
+}
 
-	tm := transport.NewMetrics(reg)
-	clientBound := transport.NewFairInFlight(cfg.maxInflight)
-	peerBound := transport.NewInFlight(cfg.maxPeerFlight)
-	bodyBytes := transport.NewInFlight(transport.DefaultBodyBytes)
-	transport.RegisterInFlight(reg, clientBound, peerBound, bodyBytes)
+// bounds are the node's in-flight bounds and the metrics of its listeners
+// and peer clients.
+type bounds struct {
+	listeners          *tserver.Metrics
+	peers              *dial.Metrics
+	client, peer, body *tserver.InFlight
+}
 
+func newBounds(cfg config, reg prometheus.Registerer) bounds {
+	b := bounds{
+		listeners: tserver.NewMetrics(reg),
+		peers:     dial.NewMetrics(reg),
+		client:    tserver.NewFairInFlight(cfg.maxInflight),
+		peer:      tserver.NewInFlight(cfg.maxPeerFlight),
+		body:      tserver.NewInFlight(tserver.DefaultBodyBytes),
+	}
+	tserver.RegisterInFlight(reg, b.client, b.peer, b.body)
+	return b
+}
+
+// newGossip builds the node's membership (its sockets open when it runs).
+func (s *server) newGossip(name string, reg prometheus.Registerer) (err error) {
 	s.gossip, err = gossip.New(gossip.Config{
 		NodeName:      name,
-		BindAddr:      cfg.gossipAddr,
-		AdvertiseAddr: cfg.advertiseAddr,
+		BindAddr:      s.cfg.gossipAddr,
+		AdvertiseAddr: s.cfg.advertiseAddr,
 		GRPCAddr:      s.grpcAddr,
 		PeerAddr:      s.peerAddr,
-		Seeds:         cfg.join,
+		Seeds:         s.cfg.join,
 		Keys:          s.sec.keys,
-		Logger:        log.With("component", "gossip"),
+		Logger:        s.log.With("component", "gossip"),
 	})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	s.sec.members = s.gossip
 	registerGossipMetrics(reg, s.gossip)
-	peerCfg := transport.PeerConfig{Timeout: cfg.peerTimeout, Metrics: tm}
-	peerServerOpts := transport.ConnLimits{
-		MaxConnectionIdle:    transport.PeerIdleTimeout,
-		MaxConcurrentStreams: transport.PeerMaxConcurrentStreams,
-		MaxRecvMsgSize:       transport.MaxStateMessage, // State pushes; Peers batches are far smaller
-	}.ServerOptions()
+	return nil
+}
+
+// newNode builds the node, whose peer clients dial with the peer TLS.
+func (s *server) newNode(name string, b bounds, reg prometheus.Registerer) (err error) {
+	cfg := s.cfg
+	peerCfg := dial.PeerConfig{Timeout: cfg.peerTimeout, Metrics: b.peers}
 	if s.sec.peer != nil {
 		peerCfg.DialOptions = []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(s.sec.peer.ClientConfig()))}
-		peerServerOpts = append(peerServerOpts, grpc.Creds(transport.ServerCredentials(
-			s.sec.peer.ServerConfig(true, "h2"), transport.ListenerPeer, s.sec.refusal)))
 	}
 	s.node, err = peer.New(peer.Config{
 		Name:                name,
@@ -158,78 +210,88 @@ func newServer(cfg config, log *slog.Logger) (s *server, err error) {
 		SnapshotName:        cfg.snapshotName,
 		MetricsMaxRules:     cfg.metricsMaxRules,
 		Registerer:          reg,
-		Logger:              log,
+		Logger:              s.log,
 	})
-	if err != nil {
-		return nil, err
-	}
-	// Before anything serves: a check decided before the merge would be
-	// counted from a fresh key.
-	if err = s.node.Restore(); err != nil {
-		return nil, err
-	}
-	if s.rls, err = newRLS(cfg.rls, s.node, clientBound, bodyBytes, tm, reg, log); err != nil {
-		return nil, err
-	}
-	gub := s.newGubernator(tm, clientBound)
-	clientOpts := transport.ConnLimits{
-		MaxConnectionIdle: cfg.idleTimeout,
-		MaxRecvMsgSize:    transport.MaxRequestBytes(cfg.maxBatch),
+	return err
+}
+
+// newListeners builds the client and peer gRPC listeners and the HTTP
+// servers, and registers each API on them.
+func (s *server) newListeners(b bounds, reg *prometheus.Registry) {
+	cfg := s.cfg
+	checker := s.rls.checker(s.node)
+	inspector := ruleInspector{rules: s.rls.store, node: s.node}
+	s.grpc = tserver.NewClientListener(tserver.Config{
+		MaxBatch: cfg.maxBatch, Metrics: b.listeners, InFlight: b.client, ServerOptions: s.clientGRPCOptions(),
+	})
+	native.Register(s.grpc, checker, s.node) // the node tells clients the ring (package client)
+	inspect.Register(s.grpc, inspector)
+	s.rls.svc.Register(s.grpc)
+	gub := gubapi.Register(s.grpc, s.gubernatorConfig())
+	s.peers = tserver.NewPeerListener(tserver.Config{
+		MaxBatch: cfg.maxBatch, Metrics: b.listeners, InFlight: b.peer, ServerOptions: s.peerGRPCOptions(),
+	})
+	peers.Register(s.peers, transport.CheckerFunc(s.node.CheckLocal), s.node)
+
+	h := tserver.NewHTTP(tserver.HTTPConfig{
+		MaxBatch: cfg.maxBatch, Ready: s.node.Ready, Metrics: b.listeners, InFlight: b.client, BodyBytes: b.body,
+	})
+	native.RegisterHTTP(h, checker)
+	inspect.RegisterHTTP(h, inspector)
+	s.rls.svc.RegisterHTTP(h)
+	h.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}), http.MethodGet, http.MethodHead)
+	h.HandleView("/v1/cluster", func(*http.Request) any { return s.node.Cluster() })
+	h.HandleView("/v1/cluster/rings", func(r *http.Request) any { return s.node.Rings(r.Context()) })
+	s.newHTTPServers(h, gub)
+}
+
+// clientGRPCOptions are the client listener's connection limits and TLS.
+func (s *server) clientGRPCOptions() []grpc.ServerOption {
+	opts := tserver.ConnLimits{
+		MaxConnectionIdle: s.cfg.idleTimeout,
+		MaxRecvMsgSize:    transport.MaxRequestBytes(s.cfg.maxBatch),
 	}.ServerOptions()
 	if tc := s.sec.serverTLS("h2"); tc != nil {
-		clientOpts = append(clientOpts, grpc.Creds(transport.ServerCredentials(tc, transport.ListenerGRPC, s.sec.refusal)))
+		opts = append(opts, grpc.Creds(tserver.ServerCredentials(tc, tserver.ListenerGRPC, s.sec.refusal)))
 	}
-	s.grpc = transport.NewGRPCServer(transport.GRPCConfig{
-		Checker:       s.rls.checker(s.node),
-		Register:      s.rls.register,
-		ShedMethods:   s.rls.shedMethods(),
-		Members:       s.node, // clients learn the ring (package client)
-		Inspector:     ruleInspector{rules: s.rls.store, node: s.node},
-		Gubernator:    gub,
-		MaxBatch:      cfg.maxBatch,
-		Metrics:       tm,
-		InFlight:      clientBound,
-		ServerOptions: clientOpts,
-	})
-	s.peers = transport.NewGRPCServer(transport.GRPCConfig{
-		Local:         transport.CheckerFunc(s.node.CheckLocal),
-		State:         s.node,
-		MaxBatch:      cfg.maxBatch,
-		Metrics:       tm,
-		InFlight:      peerBound,
-		ServerOptions: peerServerOpts,
-	})
-	var handler http.Handler = transport.NewHTTPHandler(transport.HTTPConfig{
-		Checker:   s.rls.checker(s.node),
-		MaxBatch:  cfg.maxBatch,
-		Ready:     s.node.Ready,
-		Cluster:   func() any { return s.node.Cluster() },
-		Inspector: ruleInspector{rules: s.rls.store, node: s.node},
-		Rings:     func(ctx context.Context) any { return s.node.Rings(ctx) },
-		Metrics:   promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
-		Telemetry: tm,
-		InFlight:  clientBound,
-		BodyBytes: bodyBytes,
-	})
-	handler = s.rls.handler(handler)
-	handler = statuspage.Mount(handler) // the status page at /
-	if cfg.pprof {
+	return opts
+}
+
+// peerGRPCOptions are the peer listener's connection limits and mTLS.
+func (s *server) peerGRPCOptions() []grpc.ServerOption {
+	opts := tserver.ConnLimits{
+		MaxConnectionIdle:    tserver.PeerIdleTimeout,
+		MaxConcurrentStreams: tserver.PeerMaxConcurrentStreams,
+		MaxRecvMsgSize:       transport.MaxStateMessage, // State pushes; Peers batches are far smaller
+	}.ServerOptions()
+	if s.sec.peer != nil {
+		opts = append(opts, grpc.Creds(tserver.ServerCredentials(
+			s.sec.peer.ServerConfig(true, "h2"), tserver.ListenerPeer, s.sec.refusal)))
+	}
+	return opts
+}
+
+// newHTTPServers builds the HTTP API's server (with the status page at /
+// and, with --pprof, the profiles), the probes' and gubernator's gateway,
+// each under the client TLS when it is on.
+func (s *server) newHTTPServers(h *tserver.HTTP, gub *gubapi.API) {
+	handler := statuspage.Mount(h) // the status page at /
+	if s.cfg.pprof {
 		handler = withPprof(handler)
 	}
-	s.http = newHTTPServer(cfg, handler, log)
+	s.http = newHTTPServer(s.cfg, handler, s.log)
 	if tc := s.sec.serverTLS("h2", "http/1.1"); tc != nil {
-		s.httpLis = transport.TLSListener(s.httpLis, tc, transport.ListenerHTTP, s.sec.refusal)
+		s.httpLis = tserver.TLSListener(s.httpLis, tc, tserver.ListenerHTTP, s.sec.refusal)
 	}
 	if s.healthLis != nil {
-		s.health = newHTTPServer(cfg, transport.NewHealthHandler(s.node.Ready), log)
+		s.health = newHTTPServer(s.cfg, tserver.NewHealthHandler(s.node.Ready), s.log)
 	}
 	if s.gubLis != nil {
-		s.gubHTTP = newHTTPServer(cfg, gub.HTTPHandler(), log)
+		s.gubHTTP = newHTTPServer(s.cfg, gub.Gateway(h), s.log)
 		if tc := s.sec.serverTLS("h2", "http/1.1"); tc != nil {
-			s.gubLis = transport.TLSListener(s.gubLis, tc, transport.ListenerGubernatorHTTP, s.sec.refusal)
+			s.gubLis = tserver.TLSListener(s.gubLis, tc, tserver.ListenerGubernatorHTTP, s.sec.refusal)
 		}
 	}
-	return s, nil
 }
 
 // registerGossipMetrics exports the gossip refused for a key mismatch.
@@ -296,7 +358,7 @@ func (s *server) serve(ctx context.Context, stdout io.Writer) error {
 	})
 	wg.Go(func() { s.sec.run(nodeCtx, s.cfg) })
 	wg.Go(func() { s.rls.run(nodeCtx) })
-	for name, g := range map[string]*transport.GRPCServer{"grpc": s.grpc, "peer": s.peers} {
+	for name, g := range map[string]*tserver.Listener{"grpc": s.grpc, "peer": s.peers} {
 		lis := s.grpcLis
 		if g == s.peers {
 			lis = s.peerLis
@@ -381,7 +443,7 @@ func (s *server) stopServers() {
 			}
 		})
 	}
-	for _, g := range []*transport.GRPCServer{s.grpc, s.peers} {
+	for _, g := range []*tserver.Listener{s.grpc, s.peers} {
 		wg.Go(func() {
 			done := make(chan struct{})
 			go func() { g.GracefulStop(); close(done) }()

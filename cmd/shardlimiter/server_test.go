@@ -23,7 +23,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/shardlimiter/shardlimiter/limit"
-	"github.com/shardlimiter/shardlimiter/transport"
+	"github.com/shardlimiter/shardlimiter/transport/dial"
 	"github.com/shardlimiter/shardlimiter/transport/pb"
 )
 
@@ -111,7 +111,7 @@ func postJSON(t *testing.T, url, body string) (int, map[string]any) {
 func TestEndToEndEveryAlgorithm(t *testing.T) {
 	t.Parallel()
 	s := serve(t)
-	client, err := transport.Dial(s.grpc)
+	client, err := dial.Dial(s.grpc)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -29,7 +29,7 @@ import (
 	"github.com/shardlimiter/shardlimiter/internal/poll"
 	"github.com/shardlimiter/shardlimiter/limit"
 	"github.com/shardlimiter/shardlimiter/statuspage"
-	"github.com/shardlimiter/shardlimiter/transport"
+	"github.com/shardlimiter/shardlimiter/transport/dial"
 )
 
 // screenshotEnv names a file the browser test also writes its screenshot
@@ -224,7 +224,7 @@ func TestStatusPageInBrowser(t *testing.T) {
 	// lookup's, with its owner as GetRateLimits says) and one here (the
 	// per-rule metrics count on the deciding node): a native rule and the
 	// rules file's, by name.
-	c, err := transport.Dial(node.grpc)
+	c, err := dial.Dial(node.grpc)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,7 +19,7 @@ import (
 	"github.com/shardlimiter/shardlimiter/internal/certs/certstest"
 	"github.com/shardlimiter/shardlimiter/internal/poll"
 	"github.com/shardlimiter/shardlimiter/limit"
-	"github.com/shardlimiter/shardlimiter/transport"
+	"github.com/shardlimiter/shardlimiter/transport/dial"
 )
 
 // pki is a test CA with the files of one server and of clients.
@@ -71,7 +71,7 @@ func (p *pki) client(t *testing.T, cert *certstest.Paths) *tls.Config {
 // grpcCheck makes one check over gRPC with creds, on a fresh connection.
 func grpcCheck(t *testing.T, addr string, creds credentials.TransportCredentials) error {
 	t.Helper()
-	c, err := transport.Dial(addr, grpc.WithTransportCredentials(creds))
+	c, err := dial.Dial(addr, grpc.WithTransportCredentials(creds))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,7 +184,7 @@ func TestClientTLS(t *testing.T) {
 	// Rotation: a connection made before the renewal keeps working, and the
 	// next handshake presents the renewed certificate.
 	before := serverSerial(t, s.grpc, p.client(t, &good))
-	kept, err := transport.Dial(s.grpc, grpc.WithTransportCredentials(credentials.NewTLS(p.client(t, &good))))
+	kept, err := dial.Dial(s.grpc, grpc.WithTransportCredentials(credentials.NewTLS(p.client(t, &good))))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,20 +20,34 @@ const module = "github.com/shardlimiter/shardlimiter"
 // files may import. A directory missing here fails the test: new packages
 // must state their place.
 var allowed = map[string][]string{
-	"limit":             {},
-	"table":             {},
-	"internal/wide":     {},
-	"bucket":            {"limit", "table", "internal/wide"},
-	"window":            {"limit", "table", "internal/wide"},
-	"ring":              {},
-	"gossip":            {"ring"},
-	"transport":         {"limit", "transport/pb", "transport/internal/wire", "transport/gubpb"},
-	"transport/pb":      {},
-	"peer":              {"limit", "table", "bucket", "window", "ring", "transport", "snapshot", "gubernator"},
-	"cmd/shardlimiter":  {"*"},
-	"loadtest":          {"limit", "transport", "transport/gubpb", "internal/wide", "client"},
-	"internal/archtest": {},
-	"internal/poll":     {},
+	"limit":         {},
+	"table":         {},
+	"internal/wide": {},
+	"bucket":        {"limit", "table", "internal/wide"},
+	"window":        {"limit", "table", "internal/wide"},
+	"ring":          {},
+	"gossip":        {"ring"},
+	// transport is what both ends of the node's own services share: names,
+	// codes and errors, the Checker, the codec and the conversions of the
+	// messages. Its server side and its client side are packages of their
+	// own, and neither imports the other.
+	"transport":               {"limit", "ring", "transport/pb", "transport/wire"},
+	"transport/pb":            {},
+	"transport/server":        {"limit", "transport", "transport/wire"},
+	"transport/dial":          {"limit", "ring", "transport", "transport/pb", "transport/wire"},
+	"transport/transporttest": {"limit", "transport", "transport/pb"},
+	// Each API is a package that registers itself on the listeners of
+	// transport/server; none imports another, or the node.
+	"api/native":           {"limit", "ring", "transport", "transport/pb", "transport/server", "transport/wire"},
+	"api/inspect":          {"limit", "transport", "transport/pb", "transport/server"},
+	"api/peers":            {"limit", "transport", "transport/pb", "transport/server", "transport/wire"},
+	"api/gubernator":       {"limit", "transport", "transport/server", "transport/wire", "api/gubernator/gubpb"},
+	"api/gubernator/gubpb": {},
+	"peer":                 {"limit", "table", "bucket", "window", "ring", "transport", "transport/dial", "snapshot", "gubernator"},
+	"cmd/shardlimiter":     {"*"},
+	"loadtest":             {"limit", "transport", "transport/dial", "transport/server", "api/native", "api/gubernator/gubpb", "internal/wide", "client"},
+	"internal/archtest":    {},
+	"internal/poll":        {},
 
 	// TLS material and files that are reloaded when they change: standard
 	// library only, so transport, cmd and tests can share them.
@@ -43,11 +57,11 @@ var allowed = map[string][]string{
 
 	// transport's codec: the protobuf wire format from and into limit's
 	// types; the generated messages stay out of it.
-	"transport/internal/wire": {"limit"},
+	"transport/wire": {"limit"},
 
 	// The public Go client and its middleware: importable without the
 	// server (never peer, gossip, table or cmd).
-	"client":           {"limit", "ring", "transport"},
+	"client":           {"limit", "ring", "transport", "transport/dial"},
 	"client/httplimit": {"limit", "client"},
 	"client/grpclimit": {"limit", "client"},
 	// Example programs use the public client, as an application would.
@@ -61,7 +75,7 @@ var allowed = map[string][]string{
 	// writes files, starts nothing; peer decides when.
 	"snapshot": {"limit"},
 	// Envoy's rate-limit service: proto types of go-control-plane stay in it.
-	"rls": {"limit", "rules", "transport"},
+	"rls": {"limit", "rules", "transport", "transport/server"},
 
 	// The status page: files embedded in the binary, read over HTTP by the
 	// browser; it knows the API only by its URLs.
@@ -69,9 +83,6 @@ var allowed = map[string][]string{
 	// gubernator's TOKEN_BUCKET and LEAKY_BUCKET, for the drop-in of its
 	// API: a leaf like bucket and window.
 	"gubernator": {"limit", "table"},
-	// gubernator's API, generated (proto/gubernator); its types stay in
-	// transport like pb's.
-	"transport/gubpb": {},
 }
 
 // thirdParty lists, for the packages that are restricted, the modules
@@ -79,10 +90,16 @@ var allowed = map[string][]string{
 // import: the wire speaks gRPC and protobuf and exports Prometheus metrics,
 // nothing else (membership, for one, is gossip/'s business).
 var thirdParty = map[string][]string{
-	"transport": {"google.golang.org/grpc", "google.golang.org/protobuf", "github.com/prometheus/client_golang",
+	"transport": {"google.golang.org/grpc", "google.golang.org/protobuf",
 		"google.golang.org/genproto/googleapis/rpc/errdetails"}, // RetryInfo on a shed call
+	"transport/server": {"google.golang.org/grpc", "google.golang.org/protobuf", "github.com/prometheus/client_golang"},
+	"transport/dial":   {"google.golang.org/grpc", "google.golang.org/protobuf", "github.com/prometheus/client_golang"},
+	"api/native":       {"google.golang.org/grpc", "google.golang.org/protobuf"},
+	"api/inspect":      {"google.golang.org/grpc", "google.golang.org/protobuf"},
+	"api/peers":        {"google.golang.org/grpc", "google.golang.org/protobuf"},
+	"api/gubernator":   {"google.golang.org/grpc", "google.golang.org/protobuf"},
 
-	"transport/internal/wire": {"google.golang.org/protobuf/encoding/protowire"},
+	"transport/wire": {"google.golang.org/protobuf/encoding/protowire"},
 
 	// The client speaks gRPC through transport; no proto types of its own.
 	"client":           {"google.golang.org/grpc"},

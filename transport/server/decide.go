@@ -1,0 +1,106 @@
+package server
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/shardlimiter/shardlimiter/limit"
+	"github.com/shardlimiter/shardlimiter/transport"
+	"github.com/shardlimiter/shardlimiter/transport/wire"
+)
+
+// Batches decides decoded batches through a transport.Checker and builds their
+// answers: the part the checks services and the HTTP API share. It is safe
+// for concurrent use.
+type Batches struct {
+	checker  transport.Checker
+	maxBatch int
+	metrics  *Metrics
+	inflight *InFlight // nil: no bound
+	listener int       // listener* index, for the shed metric
+}
+
+// Batches returns the batch handler of c on l: l's bound, metrics and
+// batch limit; refusals count as listener's (listenerGRPC, …).
+func (l *Listener) Batches(c transport.Checker, listener int) *Batches {
+	return &Batches{checker: c, maxBatch: l.cfg.MaxBatch, metrics: l.cfg.Metrics, inflight: l.cfg.InFlight, listener: listener}
+}
+
+// MaxBatch returns the bound on items per call.
+func (h *Batches) MaxBatch() int { return h.maxBatch }
+
+// errShed refuses a call that does not fit under the in-flight bound.
+var errShed = fmt.Errorf("transport: too many checks in flight on this node, retry after %v: %w", transport.ShedRetryDelay, transport.ErrOverloaded)
+
+// decideBatch is decideAdmitted for a request the codec decoded, which has
+// taken its units of the in-flight bound already (see checkBatch.decode).
+func (h *Batches) decideBatch(ctx context.Context, in *checkBatch, compact bool) (*ResultBatch, error) {
+	if in.err == errShed {
+		h.metrics.shed(h.listener, shedChecks)
+	}
+	if in.err != nil {
+		return nil, in.err
+	}
+	return h.Decide(ctx, in.checks, compact)
+}
+
+// Decide answers the items of in, in order, for a call that holds
+// its units of the in-flight bound already: the transport.Checker decides those that
+// converted; those that did not never reach it and are answered with their
+// error in place. A non-nil error fails the whole call; transport.Code maps it to a
+// status.
+//
+// With compact set (the Peers service), the owner of the first decided item
+// is named once for the batch instead of in each item it decided.
+func (h *Batches) Decide(ctx context.Context, in *wire.Checks, compact bool) (*ResultBatch, error) {
+	n := in.Len()
+	if n > h.maxBatch {
+		return nil, &transport.BatchError{N: n, Max: h.maxBatch}
+	}
+	if h.checker == nil {
+		return nil, fmt.Errorf("transport: no checker configured: %w", transport.ErrUnavailable)
+	}
+	var results []limit.Result
+	if len(in.Checks) > 0 {
+		var err error
+		results, err = h.checker.Check(ctx, in.Checks)
+		if err != nil {
+			return nil, err
+		}
+		if len(results) != len(in.Checks) {
+			return nil, fmt.Errorf("transport: checker answered %d of %d checks", len(results), len(in.Checks))
+		}
+	}
+	out := &ResultBatch{Results: results, Limits: make([]int64, n)}
+	if compact && len(results) > 0 {
+		out.Owner = results[0].Owner
+	}
+	if len(in.Failed) > 0 {
+		out.Results = make([]limit.Result, n)
+	}
+	h.merge(in, results, out)
+	return out, nil
+}
+
+// merge fills out in batch order: the transport.Checker's results, with the failed
+// items' errors at their positions, and every item's limit. It counts each
+// item in the metrics.
+func (h *Batches) merge(in *wire.Checks, results []limit.Result, out *ResultBatch) {
+	var t Tally
+	failed, next := in.Failed, 0
+	for i := range out.Results {
+		if len(failed) > 0 && failed[0].Index == i {
+			out.Results[i] = limit.Failed(limit.Invalid, failed[0].Err)
+			out.Limits[i] = failed[0].Limit
+			t.Item(failed[0].Algorithm, 1, &out.Results[i]) // an error whatever its hits
+			failed = failed[1:]
+			continue
+		}
+		c := &in.Checks[next]
+		out.Results[i] = results[next] // in place when no item failed
+		out.Limits[i] = c.Rule.Limit
+		t.Item(c.Rule.Algorithm, c.Hits, &out.Results[i])
+		next++
+	}
+	h.metrics.Add(&t)
+}
