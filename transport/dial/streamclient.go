@@ -108,20 +108,9 @@ func (c *PeerClient) putStream(st *clientStream) {
 func (c *PeerClient) exchange(parent context.Context, b *batch) error {
 	st := c.takeStream()
 	if st.cs == nil {
-		ctx, cancel := context.WithCancel(c.closing)
-		st.cancel = cancel
-		if c.standin {
-			ctx = metadata.AppendToOutgoingContext(ctx, transport.StandinHeader, "1")
+		if err := c.openStream(st); err != nil {
+			return err
 		}
-		st.timer = time.AfterFunc(c.timeout, cancel)
-		desc, method := c.streamMethod()
-		cs, err := c.conn.NewStream(ctx, desc, method, grpc.ForceCodecV2(transport.Codec))
-		if err != nil {
-			timedOut := !st.timer.Stop()
-			cancel()
-			return streamErr(err, timedOut)
-		}
-		st.cs = cs
 	} else {
 		st.timer.Reset(c.timeout)
 	}
@@ -148,6 +137,34 @@ func (c *PeerClient) exchange(parent context.Context, b *batch) error {
 		return nil
 	}
 	st.cancel()
+	return c.failed(st, err, sendErr, ended, timedOut)
+}
+
+// openStream opens st's stream, bounded by the client's timeout (st.timer
+// cancels it) and ended by Close; a stand-in client marks it so.
+func (c *PeerClient) openStream(st *clientStream) error {
+	ctx, cancel := context.WithCancel(c.closing)
+	st.cancel = cancel
+	if c.standin {
+		ctx = metadata.AppendToOutgoingContext(ctx, transport.StandinHeader, "1")
+	}
+	st.timer = time.AfterFunc(c.timeout, cancel)
+	desc, method := c.streamMethod()
+	cs, err := c.conn.NewStream(ctx, desc, method, grpc.ForceCodecV2(transport.Codec))
+	if err != nil {
+		timedOut := !st.timer.Stop()
+		cancel()
+		return streamErr(err, timedOut)
+	}
+	st.cs = cs
+	return nil
+}
+
+// failed classifies the failure err of a batch on st, whose send returned
+// sendErr: errFallback when the batch was surely not decided (the caller
+// sends it again as a unary call), else the batch's error. ended: the
+// caller's context ended; timedOut: the client's timeout did.
+func (c *PeerClient) failed(st *clientStream, err, sendErr error, ended, timedOut bool) error {
 	if !st.used && status.Code(err) == codes.Unimplemented {
 		c.streams.unaryOnly.Store(true)
 		return errFallback

@@ -120,22 +120,15 @@ func AppendPush(b []byte, from string, transfer int32, keys []limit.KeyState, pa
 // maxKeys bounds the keys: a push with more fails before they are decoded.
 // Nothing of data is kept.
 func DecodePush(data []byte, maxKeys int) (Push, error) {
-	var p Push
-	// Every key goes into one string and every state into one buffer,
-	// each allocated at the size of all the key states (more than the keys
-	// or the states take): neither grows, so a state is a subslice at once
-	// and a key is known by where it ends.
-	var keyBuf strings.Builder
-	var stateBuf []byte
-	var keyEnd []int
+	var d pushDecoder
 	if n, size, err := countField(data, pushKeys); err != nil {
 		return Push{}, err
 	} else if n > maxKeys {
 		return Push{}, fmt.Errorf("transport: %d key states in one push, max %d", n, maxKeys)
 	} else if n > 0 {
-		p.Keys, keyEnd = make([]limit.KeyState, 0, n), make([]int, 0, n)
-		keyBuf.Grow(size)
-		stateBuf = make([]byte, 0, size)
+		d.p.Keys, d.keyEnd = make([]limit.KeyState, 0, n), make([]int, 0, n)
+		d.keyBuf.Grow(size)
+		d.stateBuf = make([]byte, 0, size)
 	}
 	for b := data; len(b) > 0; {
 		num, typ, n := consumeTag(b)
@@ -143,78 +136,111 @@ func DecodePush(data []byte, maxKeys int) (Push, error) {
 			return Push{}, malformed("push", n)
 		}
 		b = b[n:]
-		switch {
-		case num == pushFrom && typ == protowire.BytesType:
-			s, m := protowire.ConsumeBytes(b)
-			if m < 0 {
-				return Push{}, malformed("push", m)
-			}
-			if !utf8.Valid(s) {
-				return Push{}, errInvalidUTF8
-			}
-			p.From, n = string(s), m
-		case num == pushTransfer && typ == protowire.VarintType:
-			v, m := protowire.ConsumeVarint(b)
-			if m < 0 {
-				return Push{}, malformed("push", m)
-			}
-			p.Transfer, n = int32(v), m
-		case num == pushKeys && typ == protowire.BytesType:
-			s, m := protowire.ConsumeBytes(b)
-			if m < 0 {
-				return Push{}, malformed("push", m)
-			}
-			alg, key, state, err := decodeKeyState(s)
-			if err != nil {
-				return Push{}, err
-			}
-			if alg < 0 || alg > int32(limit.GubernatorLeakyBucket) { // the gubernator algorithms' numbers are internal: nodes move their keys too
-				return Push{}, fmt.Errorf("transport: key state %d: unknown algorithm %d", len(p.Keys), alg)
-			}
-			ks := limit.KeyState{Algorithm: limit.Algorithm(alg)}
-			if len(state) > 0 {
-				from := len(stateBuf)
-				stateBuf = append(stateBuf, state...)
-				ks.State = stateBuf[from:len(stateBuf):len(stateBuf)]
-			}
-			keyBuf.Write(key)
-			p.Keys, keyEnd = append(p.Keys, ks), append(keyEnd, keyBuf.Len())
-			n = m
-		case num == pushPartitions && typ == protowire.VarintType:
-			v, m := protowire.ConsumeVarint(b)
-			if m < 0 {
-				return Push{}, malformed("push", m)
-			}
-			p.Partitions, n = append(p.Partitions, uint32(v)), m
-		case num == pushPartitions && typ == protowire.BytesType:
-			s, m := protowire.ConsumeBytes(b)
-			if m < 0 {
-				return Push{}, malformed("push", m)
-			}
-			for len(s) > 0 {
-				v, k := protowire.ConsumeVarint(s)
-				if k < 0 {
-					return Push{}, malformed("push", k)
-				}
-				p.Partitions, s = append(p.Partitions, uint32(v)), s[k:]
-			}
-			n = m
-		default:
-			if n = protowire.ConsumeFieldValue(num, typ, b); n < 0 {
-				return Push{}, malformed("push", n)
-			}
+		if n = d.field(num, typ, b); n < 0 {
+			return Push{}, d.fieldError(n)
 		}
 		b = b[n:]
 	}
-	if p.Keys == nil {
-		p.Keys = []limit.KeyState{} // what the generated message's conversion gives
+	return d.push(), nil
+}
+
+// pushDecoder holds a push being decoded. Every key goes into one string
+// and every state into one buffer, each allocated at the size of all the
+// key states (more than the keys or the states take): neither grows, so a
+// state is a subslice at once and a key is known by where it ends.
+type pushDecoder struct {
+	p        Push
+	keyBuf   strings.Builder
+	stateBuf []byte
+	keyEnd   []int
+	err      error // why field failed, when it is not malformed framing
+}
+
+// field decodes one field of the message from b and returns the bytes it
+// took, or a negative protowire error code; errBadField when d.err says
+// why.
+func (d *pushDecoder) field(num protowire.Number, typ protowire.Type, b []byte) int {
+	switch {
+	case num == pushFrom && typ == protowire.BytesType:
+		s, m := protowire.ConsumeBytes(b)
+		if m >= 0 && !utf8.Valid(s) {
+			d.err = errInvalidUTF8
+			return errBadField
+		}
+		d.p.From = string(s)
+		return m
+	case num == pushTransfer && typ == protowire.VarintType:
+		v, m := protowire.ConsumeVarint(b)
+		d.p.Transfer = int32(v)
+		return m
+	case num == pushKeys && typ == protowire.BytesType:
+		s, m := protowire.ConsumeBytes(b)
+		if m >= 0 {
+			if d.err = d.key(s); d.err != nil {
+				return errBadField
+			}
+		}
+		return m
+	case num == pushPartitions && typ == protowire.VarintType:
+		v, m := protowire.ConsumeVarint(b)
+		d.p.Partitions = append(d.p.Partitions, uint32(v))
+		return m
+	case num == pushPartitions && typ == protowire.BytesType:
+		s, m := protowire.ConsumeBytes(b)
+		for len(s) > 0 && m >= 0 {
+			v, k := protowire.ConsumeVarint(s)
+			if k < 0 {
+				return k
+			}
+			d.p.Partitions, s = append(d.p.Partitions, uint32(v)), s[k:]
+		}
+		return m
 	}
-	keys := keyBuf.String() // one allocation for every key, not copied again
+	return protowire.ConsumeFieldValue(num, typ, b)
+}
+
+// errBadField is field's answer for a field that frames well but whose
+// content is refused (d.err): below protowire's own error codes.
+const errBadField = -1 << 20
+
+func (d *pushDecoder) fieldError(n int) error {
+	if n == errBadField {
+		return d.err
+	}
+	return malformed("push", n)
+}
+
+// key appends one KeyState message.
+func (d *pushDecoder) key(s []byte) error {
+	alg, key, state, err := decodeKeyState(s)
+	if err != nil {
+		return err
+	}
+	if alg < 0 || alg > int32(limit.GubernatorLeakyBucket) { // the gubernator algorithms' numbers are internal: nodes move their keys too
+		return fmt.Errorf("transport: key state %d: unknown algorithm %d", len(d.p.Keys), alg)
+	}
+	ks := limit.KeyState{Algorithm: limit.Algorithm(alg)}
+	if len(state) > 0 {
+		from := len(d.stateBuf)
+		d.stateBuf = append(d.stateBuf, state...)
+		ks.State = d.stateBuf[from:len(d.stateBuf):len(d.stateBuf)]
+	}
+	d.keyBuf.Write(key)
+	d.p.Keys, d.keyEnd = append(d.p.Keys, ks), append(d.keyEnd, d.keyBuf.Len())
+	return nil
+}
+
+// push returns the decoded push, its keys cut from the one string.
+func (d *pushDecoder) push() Push {
+	if d.p.Keys == nil {
+		d.p.Keys = []limit.KeyState{} // what the generated message's conversion gives
+	}
+	keys := d.keyBuf.String() // one allocation for every key, not copied again
 	from := 0
-	for i, to := range keyEnd {
-		p.Keys[i].Key, from = keys[from:to], to
+	for i, to := range d.keyEnd {
+		d.p.Keys[i].Key, from = keys[from:to], to
 	}
-	return p, nil
+	return d.p
 }
 
 // decodeKeyState reads one KeyState: the last occurrence of each field
