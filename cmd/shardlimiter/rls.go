@@ -130,7 +130,7 @@ func newRLS(cfg rlsConfig, checker transport.Checker, bound, bodyBytes *transpor
 
 // checker is the client API's Checker: items that name a rule take it.
 func (r *rlsServer) checker(next transport.Checker) transport.Checker {
-	return rls.ByName{Rules: r.store, Next: next}
+	return rules.ByName{Rules: r.store, Next: next}
 }
 
 // register serves envoy.service.ratelimit.v3.RateLimitService.
