@@ -63,6 +63,22 @@ type durable struct {
 	restored atomic.Bool
 	mu       sync.Mutex // serializes writes
 	m        durableMetrics
+	// The last write, for ClusterInfo; guarded by statMu (not mu, which a
+	// write holds for its whole length). lastKeys starts as the restored
+	// file's record count (the file on disk until the first write).
+	statMu      sync.Mutex
+	lastKeys    int
+	lastWritten time.Time // when the last successful write began; zero before one
+	lastError   string    // the last write's error; empty after a success
+}
+
+// attrs are the log attributes naming the snapshot file; none without a
+// state directory.
+func (d *durable) attrs() []any {
+	if d == nil {
+		return nil
+	}
+	return []any{"snapshot", snapshot.Path(d.dir, d.name)}
 }
 
 type durableMetrics struct {
@@ -192,6 +208,9 @@ func (n *Node) Restore() error {
 	if loaded > 0 {
 		d.restored.Store(true)
 	}
+	d.statMu.Lock()
+	d.lastKeys = int(info.Records)
+	d.statMu.Unlock()
 	n.log.Info("snapshot: restored", "path", path, "records", info.Records, "age", time.Duration(now-info.WrittenAt).Round(time.Millisecond), "took", time.Since(start).Round(time.Millisecond))
 	return nil
 }
@@ -214,12 +233,39 @@ func (n *Node) snapshotLoop(ctx context.Context) {
 // nothing changed since the last write. A failed write keeps the old file
 // and leaves the node dirty, so the next round tries again.
 func (n *Node) writeSnapshot() {
+	if keys, took, err := n.snapshotNow(); err == nil && took > 0 {
+		n.log.Debug("snapshot: written", "keys", keys, "took", took)
+	}
+}
+
+// writeFinalSnapshot writes the last snapshot as the node stops, and says
+// so at info with its key count and path: an operator stopping every node
+// reads here that the keys are kept. A last write with nothing changed
+// since the previous one keeps that file, which holds the same keys.
+func (n *Node) writeFinalSnapshot() {
+	d := n.dur
+	keys, took, err := n.snapshotNow()
+	switch {
+	case err != nil: // logged by snapshotNow
+	case took == 0:
+		n.log.Info("snapshot: final snapshot unchanged since the last write, kept", "keys", keys, "path", snapshot.Path(d.dir, d.name))
+	default:
+		n.log.Info("snapshot: final snapshot written", "keys", keys, "path", snapshot.Path(d.dir, d.name), "took", took.Round(time.Microsecond))
+	}
+}
+
+// snapshotNow writes the snapshot if something changed since the last
+// write (took > 0 then), and returns the key count of the file on disk.
+// A failure is logged and counted here.
+func (n *Node) snapshotNow() (keys int, took time.Duration, err error) {
 	d := n.dur
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if !d.dirty.Swap(false) {
 		d.m.skipped.Inc()
-		return
+		d.statMu.Lock()
+		defer d.statMu.Unlock()
+		return d.lastKeys, 0, nil
 	}
 	start := time.Now()
 	now := n.cfg.Now().UnixNano()
@@ -238,19 +284,25 @@ func (n *Node) writeSnapshot() {
 		}
 		return nil
 	})
-	took := time.Since(start)
+	took = max(time.Since(start), 1)
 	if err != nil {
 		d.dirty.Store(true)
 		d.m.writeErrors.Inc()
+		d.statMu.Lock()
+		d.lastError = err.Error()
+		d.statMu.Unlock()
 		n.log.Error("snapshot: write failed; the previous one is kept", "dir", d.dir, "err", err)
-		return
+		return 0, 0, err
 	}
 	d.m.duration.Observe(took.Seconds())
 	d.m.keys.Set(float64(info.Records))
 	// The round's start, not its end: the snapshot holds every decision
 	// made before it began, and maybe some made while it ran.
 	d.m.lastSuccess.Set(float64(start.UnixNano()) / 1e9)
-	n.log.Debug("snapshot: written", "keys", info.Records, "took", took)
+	d.statMu.Lock()
+	d.lastKeys, d.lastWritten, d.lastError = int(info.Records), start, ""
+	d.statMu.Unlock()
+	return int(info.Records), took, nil
 }
 
 // restorePushes queues the push of the keys held here in the partitions

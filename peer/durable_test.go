@@ -307,3 +307,32 @@ func TestSnapshotNameOutlivesNodeName(t *testing.T) {
 		t.Errorf("no file named after SnapshotName: %v", err)
 	}
 }
+
+// The cluster view shows the snapshot: its file, the keys of the last
+// write and when it began; null without a state directory.
+func TestClusterShowsSnapshot(t *testing.T) {
+	dir, clk := t.TempDir(), newClock()
+	n, _ := newDurableNode(t, dir, clk)
+	s := n.Cluster().Snapshot
+	if s == nil || s.Dir != dir || s.Path != snapshot.Path(dir, "solo") || s.LastWritten != "" || s.Keys != 0 {
+		t.Fatalf("Cluster().Snapshot before a write = %+v, want dir %s, no write yet", s, dir)
+	}
+	spend(t, n, "a", rule(limit.FixedWindow, 10, time.Hour), 1)
+	spend(t, n, "b", rule(limit.FixedWindow, 10, time.Hour), 1)
+	n.writeSnapshot()
+	if s = n.Cluster().Snapshot; s.Keys != 2 || s.LastWritten == "" || s.LastError != "" {
+		t.Errorf("Cluster().Snapshot after a write of 2 keys = %+v", s)
+	}
+	// A restart shows the restored file's keys before its first write.
+	b, _ := newDurableNode(t, dir, clk)
+	if s = b.Cluster().Snapshot; s.Keys != 2 || s.LastWritten != "" {
+		t.Errorf("Cluster().Snapshot after a restore of 2 keys = %+v", s)
+	}
+	plain, err := New(Config{Name: "p"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := plain.Cluster().Snapshot; s != nil {
+		t.Errorf("Cluster().Snapshot without a state dir = %+v, want nil", s)
+	}
+}

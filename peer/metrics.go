@@ -18,6 +18,7 @@ type metrics struct {
 	transferReceived   [3]prometheus.Counter // by limit.Transfer
 	transferMalformed  prometheus.Counter
 	handoffIncomplete  prometheus.Counter
+	replicaFallbacks   prometheus.Counter
 	handoffWait        prometheus.Observer
 	replicationRound   prometheus.Observer
 	replicationErrors  prometheus.Counter
@@ -68,7 +69,11 @@ func newMetrics(reg prometheus.Registerer, n *Node, maxRules int) *metrics {
 	})
 	m.handoffIncomplete = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "shardlimiter_handoff_incomplete_total",
-		Help: "Handoffs given up: a pull or push that failed, a check that stopped waiting for its partition's state, a leave whose handoff was not acknowledged before the deadline.",
+		Help: "Handoffs given up, keys decided without the state their old owner held: a pull that failed with no replica to fall back to, a push that failed while other members were left, a check that stopped waiting for its partition's state, a leave whose handoff was not acknowledged before the deadline.",
+	})
+	m.replicaFallbacks = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "shardlimiter_handoff_replica_fallbacks_total",
+		Help: "Pulls whose old owner did not answer (it crashed) and that took the partitions' replica instead, from its holder or held here: the state lags the old owner by at most one replication interval.",
 	})
 	handoffWait := prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "shardlimiter_handoff_wait_seconds",
@@ -108,7 +113,7 @@ func newMetrics(reg prometheus.Registerer, n *Node, maxRules int) *metrics {
 	}
 	reg.MustRegister(m.rules.collectors()...)
 	reg.MustRegister(fallback, m.ringMembers, m.ringRebuilds, m.swept,
-		tableCollector{n: n}, sent, received, m.transferMalformed, m.handoffIncomplete,
+		tableCollector{n: n}, sent, received, m.transferMalformed, m.handoffIncomplete, m.replicaFallbacks,
 		handoffWait, round, m.replicationErrors, m.replicationDropped, m.standin, m.notOwner, m.redirects, handoffCollector{n: n})
 	return m
 }

@@ -279,6 +279,7 @@ func New(cfg Config) (*Node, error) {
 	n.groups.seed = maphash.MakeSeed()
 	n.peers.cfg, n.peers.backoff, n.peers.self = cfg.Peer, cfg.PeerBackoff, cfg.Name
 	n.peers.log = n.log
+	n.peers.standins = cfg.ReplicationInterval > 0
 	// Suspensions measure real time: Config.Now is the clock of decisions,
 	// which tests may hold still.
 	n.peers.now = func() int64 { return time.Now().UnixNano() }
@@ -341,7 +342,7 @@ func (n *Node) Run(ctx context.Context) error {
 	if n.dur != nil {
 		// Last: the handoff of Leave is done and the caller has stopped
 		// its servers, so this holds everything decided here.
-		n.writeSnapshot()
+		n.writeFinalSnapshot()
 	}
 	n.peers.closeAll()
 	return err
@@ -545,8 +546,18 @@ func (n *Node) Leave() error {
 // when a whole cluster is stopped at once.
 func (n *Node) NoteNoneLeft() {
 	n.noneLeft.Do(func() {
-		n.log.Info("leave: no other member left to take the keys; " + strconv.Itoa(n.keyCount()) + " keys dropped")
+		n.log.Info("leave: no other member left to take the keys; "+strconv.Itoa(n.keyCount())+" keys "+n.keptOrDropped(), n.dur.attrs()...)
 	})
+}
+
+// keptOrDropped says what becomes of the keys this node holds when it
+// exits with no member left to take them: with Config.StateDir its last
+// snapshot, written as Run ends, keeps them.
+func (n *Node) keptOrDropped() string {
+	if n.dur != nil {
+		return "kept in the snapshot written at exit"
+	}
+	return "dropped (no --state-dir)"
 }
 
 // OthersAlive reports whether gossip knows a member other than this node.

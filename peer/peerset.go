@@ -22,10 +22,13 @@ type peerSet struct {
 	backoff time.Duration // first suspension after a failed forward
 	now     func() int64  // the suspensions' clock, Unix ns
 	log     *slog.Logger
-	mu      sync.Mutex
-	clients map[string]*peerClient // guarded by mu
-	closed  bool                   // guarded by mu
-	closing sync.WaitGroup         // clients being closed off the lock
+	// standins: replication is on, so the checks of a peer that cannot be
+	// reached go to its stand-in (Node.standIn) before the fail policy.
+	standins bool
+	mu       sync.Mutex
+	clients  map[string]*peerClient // guarded by mu
+	closed   bool                   // guarded by mu
+	closing  sync.WaitGroup         // clients being closed off the lock
 }
 
 type peerClient struct {
@@ -71,10 +74,27 @@ func (s *peerSet) forward(ctx context.Context, owner ring.Member, checks []limit
 		// the first failure after an answer (a refused TLS handshake shows
 		// here, with the reason, on the forwarding side).
 		if pc.down.failed(s.now()) {
-			s.log.Warn("forward to peer failed; its checks follow the fail policy while it is suspended", "peer", owner.Name, "addr", pc.addr, "err", err)
+			s.log.Warn(s.suspendedMsg(standin), "peer", owner.Name, "addr", pc.addr, "err", err)
 		}
 	}
 	return out, err
+}
+
+// suspendedMsg is the line logged when a peer is suspended after a failed
+// forward: it says where that peer's checks go meanwhile, as Node.forward
+// routes them. With replication on, the checks it owns go to its stand-in
+// (the holder of its replicas), and the fail policy decides only those no
+// stand-in can take: the checks it was itself asked to stand in for, and
+// any whose stand-in is unreachable too.
+func (s *peerSet) suspendedMsg(standin bool) string {
+	switch {
+	case standin:
+		return "forward to stand-in failed; the checks it stands in for follow the fail policy while it is suspended"
+	case s.standins:
+		return "forward to peer failed; its checks go to its stand-in (the holder of its replicas) while it is suspended"
+	default:
+		return "forward to peer failed; its checks follow the fail policy while it is suspended (replication is off: no stand-in)"
+	}
 }
 
 // allowed reports whether m is not suspended.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/shardlimiter/shardlimiter/limit"
@@ -42,9 +43,12 @@ const transferRetries = 3
 type job struct {
 	pull         bool
 	peer, backup ring.Member // pull: from peer, else from backup; push: to peer
-	parts        []int
-	why          limit.Transfer
-	pushed       chan struct{} // push: closed when answered
+	// replicaHere: pull: the replica of parts is held by this node (its
+	// old owner replicated to it), so a failed pull falls back to it.
+	replicaHere bool
+	parts       []int
+	why         limit.Transfer
+	pushed      chan struct{} // push: closed when answered
 	// keysOnly: a push of keys held here that hands over no partition
 	// (restorePushes): the receiver merges them and marks nothing.
 	keysOnly bool
@@ -90,8 +94,8 @@ func (n *Node) planHandoff(old, cur *view) []chan struct{} {
 				// Gained: take its state from the old owner, even when some
 				// of it was received already (merging is idempotent, and
 				// the old owner may have decided more since).
-				backup := n.backupOf(old.snap, was.Name, p, withouts)
-				h.setLocked(p, partIncoming, partDetail{from: was, backup: backup, done: make(chan struct{}), why: why})
+				backup, here := n.backupOf(old.snap, was.Name, p, withouts)
+				h.setLocked(p, partIncoming, partDetail{from: was, backup: backup, replicaHere: here, done: make(chan struct{}), why: why})
 			case kind == partReceived:
 				h.setLocked(p, partNormal, partDetail{})
 			default:
@@ -99,7 +103,8 @@ func (n *Node) planHandoff(old, cur *view) []chan struct{} {
 			}
 			if kind := h.kinds[p].Load(); kind == partIncoming {
 				d := h.parts[p]
-				addPart(pulls, d.from.Name+"\x00"+d.backup.Name, job{pull: true, peer: d.from, backup: d.backup, why: why}, p)
+				key := d.from.Name + "\x00" + d.backup.Name + "\x00" + strconv.FormatBool(d.replicaHere)
+				addPart(pulls, key, job{pull: true, peer: d.from, backup: d.backup, replicaHere: d.replicaHere, why: why}, p)
 			}
 			continue
 		}
@@ -146,25 +151,26 @@ func addPart(jobs map[string]*job, key string, j job, p int) *job {
 }
 
 // backupOf returns the member that held the replica of partition p while
-// owner owned it (the owner of p once owner is gone), or a zero Member when
-// that is this node (it has the replica already) or there is none.
-func (n *Node) backupOf(old *ring.Snapshot, owner string, p int, cache map[string]*ring.Snapshot) ring.Member {
+// owner owned it (the owner of p once owner is gone). It returns a zero
+// Member when there is none, or when that is this node: then here is true
+// (it has the replica already).
+func (n *Node) backupOf(old *ring.Snapshot, owner string, p int, cache map[string]*ring.Snapshot) (m ring.Member, here bool) {
 	if old.Len() < 2 {
-		return ring.Member{}
+		return ring.Member{}, false
 	}
 	w := cache[owner]
 	if w == nil {
 		var err error
 		if w, err = old.Without(owner); err != nil {
-			return ring.Member{}
+			return ring.Member{}, false
 		}
 		cache[owner] = w
 	}
-	m := w.Member(w.PartitionOwner(p))
+	m = w.Member(w.PartitionOwner(p))
 	if m.Name == n.cfg.Name {
-		return ring.Member{}
+		return ring.Member{}, true
 	}
-	return m
+	return m, false
 }
 
 // handoffLoop runs the queued transfers, each in its own goroutine, until
@@ -241,9 +247,26 @@ func (n *Node) handoffIdle() bool {
 }
 
 // runPull takes the state of j.parts from j.peer (or, failing that, from
-// j.backup), merges it here and settles the partitions. A partition that
-// is no longer this node's by now (the ring moved on while the pull was
-// under way, or another node took it) is passed on to where it is.
+// their replica), merges it here and settles the partitions. A partition
+// that is no longer this node's by now (the ring moved on while the pull
+// was under way, or another node took it) is passed on to where it is.
+//
+// A pull that falls back to the replica is not a lost handoff, and is
+// counted apart from one (replicaFallbacks, not handoffIncomplete), logged
+// at info: it is what a crash of the old owner looks like. "The replica"
+// means, honestly, this much: replication is on, and the replica holder
+// of the old ring (the owner of the partitions in that ring without the
+// old owner) answered the pull, or is this node. What it holds is what
+// the old owner replicated to it, which lags the old owner by at most
+// one --replication-interval, plus the keys of a round the old owner
+// could not send (counted on the old owner in
+// shardlimiter_replication_errors_total and _dropped_keys_total, each
+// with an alert of its own). It is not checked key by key: a key the old
+// owner last changed before a membership change made this holder its
+// replica holder was never sent to it (replication sends changed keys) —
+// docs/OPERATIONS.md, ShardlimiterHandoffIncomplete, says so. Without
+// replication there is no replica to fall back to: the replica holder
+// holds nothing of the old owner's, and the pull is incomplete.
 func (n *Node) runPull(ctx context.Context, j job) {
 	defer n.ho.settle(j.parts)
 	// A node that is leaving decides little more, and the node it pulls
@@ -259,15 +282,37 @@ func (n *Node) runPull(ctx context.Context, j job) {
 		}
 	}
 	keys, err := n.pullFrom(ctx, j.peer, j.parts)
-	if err != nil && j.backup.Name != "" {
-		warn("handoff: pull failed, trying the replica", "from", j.peer.Name, "replica", j.backup.Name, "partitions", len(j.parts), "err", err)
-		keys, err = n.pullFrom(ctx, j.backup, j.parts)
-	}
-	if err != nil {
-		n.m.handoffIncomplete.Inc()
-		warn("handoff: pull failed; deciding from the state held here", "from", j.peer.Name, "partitions", len(j.parts), "err", err)
-	} else {
+	if err == nil {
 		n.importKeys(keys, j.why)
+		n.passOn(ctx, j.parts, j.why)
+		return
+	}
+	replicated := n.cfg.ReplicationInterval > 0
+	switch {
+	case replicated && j.replicaHere:
+		n.m.replicaFallbacks.Inc()
+		n.log.Info("handoff: old owner did not answer; deciding from its replica held here (at most one replication interval behind)",
+			"from", j.peer.Name, "partitions", len(j.parts), "replication_interval", n.cfg.ReplicationInterval, "err", err)
+	case replicated && j.backup.Name != "":
+		n.log.Debug("handoff: pull failed, trying the replica", "from", j.peer.Name, "replica", j.backup.Name, "partitions", len(j.parts), "err", err)
+		var rerr error
+		if keys, rerr = n.pullFrom(ctx, j.backup, j.parts); rerr == nil {
+			n.m.replicaFallbacks.Inc()
+			n.log.Info("handoff: old owner did not answer; took its replica from the replica holder (at most one replication interval behind)",
+				"from", j.peer.Name, "replica", j.backup.Name, "partitions", len(j.parts), "keys", len(keys), "replication_interval", n.cfg.ReplicationInterval, "err", err)
+			n.importKeys(keys, j.why)
+			break
+		}
+		n.m.handoffIncomplete.Inc()
+		warn("handoff: pull failed, and from the replica holder too; deciding from the state held here",
+			"from", j.peer.Name, "replica", j.backup.Name, "partitions", len(j.parts), "err", err, "replica_err", rerr)
+	default:
+		n.m.handoffIncomplete.Inc()
+		why := "no replica (replication is off)"
+		if replicated {
+			why = "no replica holder"
+		}
+		warn("handoff: pull failed; deciding from the state held here", "from", j.peer.Name, "partitions", len(j.parts), "replica", why, "err", err)
 	}
 	n.passOn(ctx, j.parts, j.why)
 }
@@ -369,6 +414,14 @@ func (n *Node) runPush(ctx context.Context, j job) {
 		}
 	}
 	if err != nil {
+		if n.leaving.Load() && !n.OthersAlive() {
+			// A whole cluster stopping: the receiver has gone too, and no
+			// member is left to decide these keys; nothing is decided
+			// without them meanwhile. Leave (NoteNoneLeft) says what
+			// becomes of them: kept in the snapshot, or dropped.
+			n.log.Info("handoff: push failed; no other member is left to take the keys, "+n.keptOrDropped(), "to", j.peer.Name, "partitions", len(j.parts), "keys", len(keys), "err", err)
+			return
+		}
 		n.m.handoffIncomplete.Inc()
 		n.log.Warn("handoff: push failed", "to", j.peer.Name, "partitions", len(j.parts), "keys", len(keys), "err", err)
 		return
