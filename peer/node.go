@@ -92,8 +92,12 @@ type Config struct {
 	LeaveTimeout time.Duration
 	// Ring configures the ring; every node must use the same.
 	Ring ring.Config
-	// Peer configures the forwarding clients.
+	// Peer configures the gRPC clients to the peers, when Peers is nil.
 	Peer transport.PeerConfig
+	// Peers is how the node reaches the other nodes (links.go); nil means
+	// over gRPC with Peer (grpcpeers.go). A MemNet connects nodes in one
+	// process.
+	Peers Dialer
 	// PeerBackoff is how long forwarding to a peer is suspended after a
 	// forward to it timed out or was refused (its checks go to the fail
 	// policy meanwhile); it doubles on each further failure, up to 20×,
@@ -277,7 +281,10 @@ func New(cfg Config) (*Node, error) {
 	}
 	n.keyBufs.New = func() any { return &keyBuf{b: make([]byte, 0, 64), tally: ruleTally{rm: n.m.rules}} }
 	n.groups.seed = maphash.MakeSeed()
-	n.peers.cfg, n.peers.backoff, n.peers.self = cfg.Peer, cfg.PeerBackoff, cfg.Name
+	n.peers.dial, n.peers.backoff, n.peers.self = cfg.Peers, cfg.PeerBackoff, cfg.Name
+	if n.peers.dial == nil {
+		n.peers.dial = grpcDialer{cfg.Peer}
+	}
 	n.peers.log = n.log
 	n.peers.standins = cfg.ReplicationInterval > 0
 	// Suspensions measure real time: Config.Now is the clock of decisions,

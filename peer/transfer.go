@@ -367,7 +367,7 @@ func (n *Node) pullOnce(ctx context.Context, m ring.Member, parts []int) ([]limi
 	if !n.peers.allowed(m) {
 		return nil, errSuspended
 	}
-	sc, err := n.peers.state(m)
+	sc, err := n.peers.link(m)
 	if err != nil {
 		return nil, err
 	}
@@ -449,7 +449,7 @@ func (n *Node) pushDone(j job) {
 // the last call, so the receiver learns a partition is complete only once
 // all of its keys are there.
 func (n *Node) pushTo(ctx context.Context, m ring.Member, why limit.Transfer, parts []int, keys []limit.KeyState) error {
-	sc, err := n.peers.state(m)
+	sc, err := n.peers.link(m)
 	if err != nil {
 		return err
 	}
