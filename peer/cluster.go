@@ -75,7 +75,7 @@ func (n *Node) Cluster() ClusterInfo {
 	if n.cfg.ReplicationInterval > 0 {
 		info.Replication = n.cfg.ReplicationInterval.String()
 	}
-	if d := n.dur; d != nil {
+	if d := n.mv.dur; d != nil {
 		d.statMu.Lock()
 		s := &SnapshotInfo{Dir: d.dir, Path: snapshot.Path(d.dir, d.name), Interval: d.interval.String(), Keys: d.lastKeys, LastError: d.lastError}
 		if !d.lastWritten.IsZero() {

@@ -1,6 +1,9 @@
 package peer
 
-import "github.com/shardlimiter/shardlimiter/transport"
+import (
+	"github.com/shardlimiter/shardlimiter/ring"
+	"github.com/shardlimiter/shardlimiter/transport"
+)
 
 // The node as the Cluster service's transport.MembershipSource: clients
 // learn this node's ring and send each check to its owner. Both methods
@@ -36,3 +39,21 @@ func (n *Node) Membership() transport.Membership {
 // MemberAddr returns the client gRPC address of the member called name
 // (gubernator's metadata "owner" names the owner by it); "" when unknown.
 func (n *Node) MemberAddr(name string) string { return n.member(name).Addr }
+
+// member returns the member called name as this node knows it: from its
+// ring, else from gossip (a node that has just joined); Addr is empty when
+// it is unknown.
+func (n *Node) member(name string) ring.Member {
+	v := n.view.Load()
+	if i := v.snap.IndexOf(name); i >= 0 {
+		return v.snap.Member(i)
+	}
+	if g := n.cfg.Gossip; g != nil {
+		for _, m := range g.Members() {
+			if m.Name == name {
+				return m
+			}
+		}
+	}
+	return ring.Member{Name: name}
+}

@@ -196,7 +196,7 @@ type Node struct {
 	log      *slog.Logger
 	limiters [7]limiter    // by limit.Algorithm (the gubernator pair share one table: gubernator.go)
 	budget   *table.Budget // nil without Config.MaxMemory
-	dur      *durable      // nil without Config.StateDir
+	mv       *mover        // handoff, replication, snapshots (mover.go)
 	view     atomic.Pointer[view]
 	// rebuildMu serializes rebuilds (the membership watcher and Leave), so
 	// that one which read leaving as false cannot store its ring after
@@ -211,13 +211,10 @@ type Node struct {
 	groups    groupLocks
 	rings     ringsCache // the last answer of Rings
 
-	ho          *handoff
-	jobsMu      sync.Mutex
-	jobs        []job         // transfers planned, not yet started; guarded by jobsMu
-	jobsKick    chan struct{} // cap 1: jobs has work
-	jobsWG      sync.WaitGroup
-	jobsRunning atomic.Int64
-	pushed      []chan struct{} // the pushes of the last rebuild; guarded by rebuildMu
+	// ho holds the handoff marks and the deciding lock (handoff.go): the
+	// check path reads them, the mover changes them.
+	ho     *handoff
+	pushed []chan struct{} // the pushes of the last rebuild; guarded by rebuildMu
 	// clustered: a ring with other members has been seen; guarded by rebuildMu.
 	clustered bool
 	// decidedAlone: a client batch was routed here while the ring held
@@ -225,10 +222,10 @@ type Node struct {
 	decidedAlone atomic.Bool
 
 	// Wake-ups, each cap 1, signalled without blocking, never closed: an
-	// idle node runs no timer of its own (see sweepLoop, replicateLoop).
-	keysWake    chan struct{} // a table went from empty to holding a key
-	changesWake chan struct{} // a table queued a changed key
-	readyWake   chan struct{} // Ready may have changed
+	// idle node runs no timer of its own (see sweepLoop, and the mover's
+	// replicateLoop).
+	keysWake  chan struct{} // a table went from empty to holding a key
+	readyWake chan struct{} // Ready may have changed
 }
 
 // New returns a node. It starts nothing.
@@ -260,11 +257,11 @@ func New(cfg Config) (*Node, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	n := &Node{cfg: cfg, log: cfg.Logger, jobsKick: make(chan struct{}, 1),
-		keysWake: make(chan struct{}, 1), changesWake: make(chan struct{}, 1), readyWake: make(chan struct{}, 1)}
-	tc := table.Config{MaxKeys: cfg.MaxKeys, TrackChanges: cfg.ReplicationInterval > 0,
-		OnFirstKey: func() { wake(n.keysWake) }, OnChange: func() { wake(n.changesWake) }}
+	n := &Node{cfg: cfg, log: cfg.Logger, keysWake: make(chan struct{}, 1), readyWake: make(chan struct{}, 1)}
 	n.m = newMetrics(cfg.Registerer, n, cfg.MetricsMaxRules)
+	n.mv = newMover(cfg, nodeHost{n}, n.log, n.m)
+	tc := table.Config{MaxKeys: cfg.MaxKeys, TrackChanges: cfg.ReplicationInterval > 0,
+		OnFirstKey: func() { wake(n.keysWake) }, OnChange: func() { wake(n.mv.changesWake) }}
 	if cfg.MaxMemory > 0 {
 		n.budget = table.NewBudget(TableBudget(cfg.MaxMemory))
 		tc.Budget = n.budget
@@ -290,7 +287,6 @@ func New(cfg Config) (*Node, error) {
 	// Suspensions measure real time: Config.Now is the clock of decisions,
 	// which tests may hold still.
 	n.peers.now = func() int64 { return time.Now().UnixNano() }
-	n.dur = newDurable(cfg)
 	self, err := ring.New([]ring.Member{n.selfMember()}, 0, cfg.Ring)
 	if err != nil {
 		return nil, err
@@ -334,11 +330,7 @@ func (n *Node) Run(ctx context.Context) error {
 		wg.Go(func() { n.watchMembership(ctx, g) })
 	}
 	wg.Go(func() { n.sweepLoop(ctx) })
-	wg.Go(func() { n.handoffLoop(ctx) })
-	wg.Go(func() { n.replicateLoop(ctx) })
-	if n.dur != nil {
-		wg.Go(func() { n.snapshotLoop(ctx) })
-	}
+	wg.Go(func() { n.mv.run(ctx) })
 	var err error
 	select {
 	case <-ctx.Done():
@@ -346,11 +338,9 @@ func (n *Node) Run(ctx context.Context) error {
 	}
 	cancel()
 	wg.Wait()
-	if n.dur != nil {
-		// Last: the handoff of Leave is done and the caller has stopped
-		// its servers, so this holds everything decided here.
-		n.writeFinalSnapshot()
-	}
+	// Last: the handoff of Leave is done and the caller has stopped its
+	// servers, so the last snapshot holds everything decided here.
+	n.mv.finish()
 	n.peers.closeAll()
 	return err
 }
@@ -421,13 +411,13 @@ func (n *Node) rebuild(members []ring.Member) error {
 			// them all the same (restorePushes).
 			restorePush = true
 		}
-		n.pushed = n.planHandoff(from, v)
+		n.pushed = n.mv.planHandoff(from, v)
 	}
 	n.ho.deciding.Unlock()
 	if snap.Len() > 1 {
 		n.clustered = true
-		if n.dur != nil && n.dur.restored.Swap(false) && restorePush {
-			n.restorePushes(v)
+		if n.mv.takeRestored() && restorePush {
+			n.mv.restorePushes(v)
 		}
 	}
 	// Changes are tracked only while there is someone to replicate to.
@@ -553,18 +543,8 @@ func (n *Node) Leave() error {
 // when a whole cluster is stopped at once.
 func (n *Node) NoteNoneLeft() {
 	n.noneLeft.Do(func() {
-		n.log.Info("leave: no other member left to take the keys; "+strconv.Itoa(n.keyCount())+" keys "+n.keptOrDropped(), n.dur.attrs()...)
+		n.log.Info("leave: no other member left to take the keys; "+strconv.Itoa(n.keyCount())+" keys "+n.mv.keptOrDropped(), n.mv.dur.attrs()...)
 	})
-}
-
-// keptOrDropped says what becomes of the keys this node holds when it
-// exits with no member left to take them: with Config.StateDir its last
-// snapshot, written as Run ends, keeps them.
-func (n *Node) keptOrDropped() string {
-	if n.dur != nil {
-		return "kept in the snapshot written at exit"
-	}
-	return "dropped (no --state-dir)"
 }
 
 // OthersAlive reports whether gossip knows a member other than this node.

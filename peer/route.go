@@ -504,7 +504,7 @@ func (n *Node) redirect(ctx context.Context, prev ring.Member, items []routed, c
 	}
 	n.m.redirects.Add(float64(len(items)))
 	if len(here) > 0 {
-		n.takeOver(ctx, prev, checks, here)
+		n.mv.takeOver(ctx, prev, checks, here)
 		n.decideHere(ctx, checks, here, res)
 	}
 	n.forwardAll(ctx, groups, checks, res, false, hops)

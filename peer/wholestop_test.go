@@ -59,7 +59,7 @@ func TestWholeClusterLeaves(t *testing.T) {
 	c.signal()
 	poll.Until(t, 5*time.Second, func() bool {
 		for _, tn := range nodes {
-			if v := tn.node.view.Load(); v.snap.Len() != 1 || v.self != 0 || !tn.node.handoffIdle() {
+			if v := tn.node.view.Load(); v.snap.Len() != 1 || v.self != 0 || !tn.node.mv.handoffIdle() {
 				return false
 			}
 		}
@@ -116,7 +116,7 @@ func TestWholeClusterStopWithStateDirKeepsKeys(t *testing.T) {
 	c.signal()
 	poll.Until(t, 5*time.Second, func() bool {
 		for _, tn := range nodes {
-			if !tn.node.handoffIdle() {
+			if !tn.node.mv.handoffIdle() {
 				return false
 			}
 		}
