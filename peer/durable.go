@@ -176,25 +176,8 @@ func (mv *mover) restore() error {
 		loaded++
 		return nil
 	})
-	switch {
-	case errors.Is(err, os.ErrNotExist):
-		mv.log.Info("snapshot: none to restore", "path", path)
-		return nil
-	case errors.Is(err, snapshot.ErrCorrupt):
-		d.m.loadErrors.Inc()
-		aside := path + ".corrupt"
-		if rerr := os.Rename(path, aside); rerr != nil {
-			aside = ""
-		}
-		mv.log.Error("snapshot: refused, starting without it", "path", path, "kept_as", aside, "err", err)
-		return nil
-	case err != nil:
-		d.m.loadErrors.Inc()
-		if _, serr := os.Stat(filepath.Dir(path)); serr != nil {
-			return fmt.Errorf("peer: state dir: %w", serr)
-		}
-		mv.log.Error("snapshot: unreadable, starting without it", "path", path, "err", err)
-		return nil
+	if err != nil {
+		return mv.loadFailed(path, err)
 	}
 	d.m.loadedKeys.Add(float64(loaded))
 	if bad > 0 {
@@ -209,6 +192,34 @@ func (mv *mover) restore() error {
 	d.statMu.Unlock()
 	mv.log.Info("snapshot: restored", "path", path, "records", info.Records, "age", time.Duration(now-info.WrittenAt).Round(time.Millisecond), "took", time.Since(start).Round(time.Millisecond))
 	return nil
+}
+
+// loadFailed handles a snapshot that could not be loaded: none is a first
+// start; a damaged one is counted, renamed aside and otherwise ignored, as
+// is one that cannot be read. The error is for a state directory that is
+// not there.
+func (mv *mover) loadFailed(path string, err error) error {
+	d := mv.dur
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		mv.log.Info("snapshot: none to restore", "path", path)
+		return nil
+	case errors.Is(err, snapshot.ErrCorrupt):
+		d.m.loadErrors.Inc()
+		aside := path + ".corrupt"
+		if rerr := os.Rename(path, aside); rerr != nil {
+			aside = ""
+		}
+		mv.log.Error("snapshot: refused, starting without it", "path", path, "kept_as", aside, "err", err)
+		return nil
+	default:
+		d.m.loadErrors.Inc()
+		if _, serr := os.Stat(filepath.Dir(path)); serr != nil {
+			return fmt.Errorf("peer: state dir: %w", serr)
+		}
+		mv.log.Error("snapshot: unreadable, starting without it", "path", path, "err", err)
+		return nil
+	}
 }
 
 // snapshotLoop writes a snapshot every interval until ctx is done.

@@ -51,6 +51,33 @@ func newMetrics(reg prometheus.Registerer, n *Node, maxRules int) *metrics {
 	for i, name := range policyNames {
 		m.fallback[i] = fallback.WithLabelValues(name)
 	}
+	moving := m.initMoving()
+	m.standin = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "shardlimiter_peer_standin_decisions_total",
+		Help: "Checks decided from a replica because their owner could not be reached.",
+	})
+	m.notOwner = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "shardlimiter_peer_not_owner_total",
+		Help: "Forwarded checks refused because this node does not own their key (the sender routes them again).",
+	})
+	m.redirects = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "shardlimiter_peer_redirects_total",
+		Help: "Checks sent on to the owner another node named after it refused them.",
+	})
+	m.rules = newRuleMetrics(maxRules)
+	if reg == nil {
+		return m
+	}
+	reg.MustRegister(m.rules.collectors()...)
+	reg.MustRegister(moving...)
+	reg.MustRegister(fallback, m.ringMembers, m.ringRebuilds, m.swept,
+		tableCollector{n: n}, m.standin, m.notOwner, m.redirects, handoffCollector{n: n})
+	return m
+}
+
+// initMoving makes the series of the state mover (transfers, handoff,
+// replication) and returns them for registration.
+func (m *metrics) initMoving() []prometheus.Collector {
 	sent := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "shardlimiter_state_keys_sent_total",
 		Help: "Key states sent to other nodes, by transfer (replica: replication; join, leave: handoff on a membership change).",
@@ -95,27 +122,8 @@ func newMetrics(reg prometheus.Registerer, n *Node, maxRules int) *metrics {
 		Name: "shardlimiter_replication_dropped_keys_total",
 		Help: "Changed keys not replicated because their destination's backlog was full.",
 	})
-	m.standin = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "shardlimiter_peer_standin_decisions_total",
-		Help: "Checks decided from a replica because their owner could not be reached.",
-	})
-	m.notOwner = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "shardlimiter_peer_not_owner_total",
-		Help: "Forwarded checks refused because this node does not own their key (the sender routes them again).",
-	})
-	m.redirects = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "shardlimiter_peer_redirects_total",
-		Help: "Checks sent on to the owner another node named after it refused them.",
-	})
-	m.rules = newRuleMetrics(maxRules)
-	if reg == nil {
-		return m
-	}
-	reg.MustRegister(m.rules.collectors()...)
-	reg.MustRegister(fallback, m.ringMembers, m.ringRebuilds, m.swept,
-		tableCollector{n: n}, sent, received, m.transferMalformed, m.handoffIncomplete, m.replicaFallbacks,
-		handoffWait, round, m.replicationErrors, m.replicationDropped, m.standin, m.notOwner, m.redirects, handoffCollector{n: n})
-	return m
+	return []prometheus.Collector{sent, received, m.transferMalformed, m.handoffIncomplete, m.replicaFallbacks,
+		handoffWait, round, m.replicationErrors, m.replicationDropped}
 }
 
 // tableCollector reports the tables' live keys and evictions at scrape

@@ -230,32 +230,9 @@ type Node struct {
 
 // New returns a node. It starts nothing.
 func New(cfg Config) (*Node, error) {
-	if cfg.Name == "" {
-		return nil, errors.New("peer: node name is empty")
-	}
-	if int(cfg.FailPolicy) >= len(policyNames) {
-		return nil, errors.New("peer: unknown fail policy")
-	}
-	if cfg.SweepInterval <= 0 {
-		cfg.SweepInterval = time.Second
-	}
-	if cfg.SweepBudget <= 0 {
-		cfg.SweepBudget = 1 << 16
-	}
-	if cfg.LeaveTimeout <= 0 {
-		cfg.LeaveTimeout = 3 * time.Second
-	}
-	if cfg.PeerBackoff <= 0 {
-		cfg.PeerBackoff = 100 * time.Millisecond
-	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
-	if cfg.HandoffTimeout <= 0 {
-		cfg.HandoffTimeout = 5 * time.Second
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
 	}
 	n := &Node{cfg: cfg, log: cfg.Logger, keysWake: make(chan struct{}, 1), readyWake: make(chan struct{}, 1)}
 	n.m = newMetrics(cfg.Registerer, n, cfg.MetricsMaxRules)
@@ -296,6 +273,39 @@ func New(cfg Config) (*Node, error) {
 		return nil, err
 	}
 	return n, nil
+}
+
+// withDefaults checks cfg and fills in the defaults of the fields left
+// zero.
+func (cfg Config) withDefaults() (Config, error) {
+	if cfg.Name == "" {
+		return cfg, errors.New("peer: node name is empty")
+	}
+	if int(cfg.FailPolicy) >= len(policyNames) {
+		return cfg, errors.New("peer: unknown fail policy")
+	}
+	if cfg.SweepInterval <= 0 {
+		cfg.SweepInterval = time.Second
+	}
+	if cfg.SweepBudget <= 0 {
+		cfg.SweepBudget = 1 << 16
+	}
+	if cfg.LeaveTimeout <= 0 {
+		cfg.LeaveTimeout = 3 * time.Second
+	}
+	if cfg.PeerBackoff <= 0 {
+		cfg.PeerBackoff = 100 * time.Millisecond
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.HandoffTimeout <= 0 {
+		cfg.HandoffTimeout = 5 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return cfg, nil
 }
 
 func (n *Node) selfMember() ring.Member {
@@ -365,26 +375,11 @@ func (n *Node) watchMembership(ctx context.Context, g Gossip) {
 func (n *Node) rebuild(members []ring.Member) error {
 	n.rebuildMu.Lock()
 	defer n.rebuildMu.Unlock()
-	kept := members[:0:0]
-	for _, m := range members {
-		if n.leaving.Load() && m.Name == n.cfg.Name {
-			continue
-		}
-		kept = append(kept, m)
-	}
-	if len(kept) == 0 {
-		kept = append(kept, n.selfMember())
-	}
-	snap, err := ring.New(kept, n.version.Add(1), n.cfg.Ring)
+	v, err := n.newView(members)
 	if err != nil {
 		return err
 	}
-	v := &view{snap: snap, self: snap.IndexOf(n.cfg.Name)}
-	if v.self >= 0 && snap.Len() > 1 {
-		if v.backup, err = snap.Without(n.cfg.Name); err != nil {
-			return err
-		}
-	}
+	snap := v.snap
 	// The new ring and the handoff marks it implies appear together to
 	// batches, which load both under deciding held for reading. Without
 	// this, a batch that loaded the new ring before its gained partitions
@@ -426,11 +421,37 @@ func (n *Node) rebuild(members []ring.Member) error {
 		l.TrackChanges(track)
 	}
 	n.peers.retain(snap.Members())
-	n.m.ringMembers.Set(float64(len(kept)))
+	n.m.ringMembers.Set(float64(snap.Len()))
 	n.m.ringRebuilds.Inc()
-	n.log.Info("ring rebuilt", "version", snap.Version(), "members", len(kept))
+	n.log.Info("ring rebuilt", "version", snap.Version(), "members", snap.Len())
 	wake(n.readyWake)
 	return nil
+}
+
+// newView builds the view of a ring of members, with the next version.
+// While leaving, this node is left out, unless it is the only one.
+func (n *Node) newView(members []ring.Member) (*view, error) {
+	kept := members[:0:0]
+	for _, m := range members {
+		if n.leaving.Load() && m.Name == n.cfg.Name {
+			continue
+		}
+		kept = append(kept, m)
+	}
+	if len(kept) == 0 {
+		kept = append(kept, n.selfMember())
+	}
+	snap, err := ring.New(kept, n.version.Add(1), n.cfg.Ring)
+	if err != nil {
+		return nil, err
+	}
+	v := &view{snap: snap, self: snap.IndexOf(n.cfg.Name)}
+	if v.self >= 0 && snap.Len() > 1 {
+		if v.backup, err = snap.Without(n.cfg.Name); err != nil {
+			return nil, err
+		}
+	}
+	return v, nil
 }
 
 // wake signals ch (cap 1) without blocking: a pending signal covers this

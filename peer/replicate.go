@@ -101,17 +101,34 @@ func (mv *mover) replicateLoop(ctx context.Context) {
 // list is not referred to once its send returned (a failed one is copied
 // into the backlog).
 func (mv *mover) replicateOnce(ctx context.Context, backlog replicaBacklog, spare map[string][]limit.KeyState) (drained, sent int) {
+	by, drained := mv.collectReplicas(backlog, spare)
+	sent = mv.sendReplicas(ctx, by, backlog)
+	clear(spare) // destinations gone from the ring
+	for name, d := range by {
+		clear(d.ks) // keep no key or state alive
+		spare[name] = d.ks[:0]
+	}
+	return drained, sent
+}
+
+// replicaDest is one destination's keys in a round.
+type replicaDest struct {
+	m  ring.Member
+	ks []limit.KeyState
+}
+
+// collectReplicas takes the backlog of the destinations still on the ring
+// and drains the changed keys of the tables, and returns them by
+// destination (each list built in its destination's list of spare), with
+// how many changed keys it drained.
+func (mv *mover) collectReplicas(backlog replicaBacklog, spare map[string][]limit.KeyState) (by map[string]*replicaDest, drained int) {
 	v := mv.host.ringView()
 	now := mv.cfg.Now().UnixNano()
 	// A destination's keys, looked up once per key (no map write).
-	type dest struct {
-		m  ring.Member
-		ks []limit.KeyState
-	}
-	by := map[string]*dest{}
+	by = map[string]*replicaDest{}
 	for name, ks := range backlog {
 		if i := v.snap.IndexOf(name); i >= 0 {
-			by[name] = &dest{m: v.snap.Member(i), ks: ks}
+			by[name] = &replicaDest{m: v.snap.Member(i), ks: ks}
 		}
 		delete(backlog, name) // a node no longer on the ring gets nothing more
 	}
@@ -132,12 +149,19 @@ func (mv *mover) replicateOnce(ctx context.Context, backlog replicaBacklog, spar
 			}
 			d := by[m.Name]
 			if d == nil {
-				d = &dest{m: m, ks: spare[m.Name]}
+				d = &replicaDest{m: m, ks: spare[m.Name]}
 				by[m.Name] = d
 			}
 			d.ks = append(d.ks, limit.KeyState{Algorithm: limit.Algorithm(a), Key: key, State: st})
 		})
 	}
+	return by, drained
+}
+
+// sendReplicas pushes each destination's keys, all in parallel, and puts
+// the keys of a failed or skipped (suspended) destination in the backlog.
+// It returns how many key states it sent, once every send has returned.
+func (mv *mover) sendReplicas(ctx context.Context, by map[string]*replicaDest, backlog replicaBacklog) (sent int) {
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for name, d := range by {
@@ -162,12 +186,7 @@ func (mv *mover) replicateOnce(ctx context.Context, backlog replicaBacklog, spar
 		})
 	}
 	wg.Wait()
-	clear(spare) // destinations gone from the ring
-	for name, d := range by {
-		clear(d.ks) // keep no key or state alive
-		spare[name] = d.ks[:0]
-	}
-	return drained, sent
+	return sent
 }
 
 // keep puts ks back for dest's next round, keeping the newest

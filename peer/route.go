@@ -276,25 +276,15 @@ func (n *Node) checkLocal(ctx context.Context, checks []limit.Check, standin boo
 			n.m.standin.Add(float64(end - i))
 			continue
 		}
-		o := v.snap.OwnerIndex(c.Key)
-		owner := ""
-		if marked {
-			if self, to, pushed := n.markedRoute(v, c.Key); self {
-				n.decideRun(kb, checks[i:end], res[i:end], now)
-				continue
-			} else if to.Name != "" {
-				owner = to.Name
-				if pushed != nil && !slices.Contains(waits, pushed) {
-					waits = append(waits, pushed)
-				}
-			}
-		}
-		if owner == "" && o == v.self {
+		owner, pushed, moved := n.forwardedOwner(v, c.Key, marked)
+		if owner == "" {
 			n.decideRun(kb, checks[i:end], res[i:end], now)
 			continue
 		}
-		if owner == "" {
-			owner = v.snap.Member(o).Name
+		if pushed != nil && !slices.Contains(waits, pushed) {
+			waits = append(waits, pushed)
+		}
+		if !moved {
 			n.m.notOwner.Add(float64(end - i))
 		}
 		for j := i; j < end; j++ {
@@ -312,6 +302,24 @@ func (n *Node) checkLocal(ctx context.Context, checks []limit.Check, standin boo
 	// push.
 	waitAll(ctx, waits, handoffWait)
 	return res, nil
+}
+
+// forwardedOwner routes a forwarded check of key by the ring v and, when
+// marked, the handoff marks: owner is "" when this node decides it, else
+// the node to name as its owner; moved when that is where this node moved
+// the key's partition, with pushed, closed once that push was answered.
+func (n *Node) forwardedOwner(v *view, key string, marked bool) (owner string, pushed chan struct{}, moved bool) {
+	if marked {
+		if self, to, pushed := n.markedRoute(v, key); self {
+			return "", nil, false
+		} else if to.Name != "" {
+			return to.Name, pushed, true
+		}
+	}
+	if o := v.snap.OwnerIndex(key); o != v.self {
+		return v.snap.Member(o).Name, nil, false
+	}
+	return "", nil, false
 }
 
 // validRun validates the check at i, or the group it starts (see

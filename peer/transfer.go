@@ -59,74 +59,90 @@ type job struct {
 // rebuild, after cur is stored. It returns the channels closed once each
 // push has been answered.
 func (mv *mover) planHandoff(old, cur *view) []chan struct{} {
-	self := mv.cfg.Name
-	why := limit.Join
+	pl := handoffPlan{old: old, why: limit.Join,
+		pulls: map[string]*job{}, pushes: map[string]*job{}, withouts: map[string]*ring.Snapshot{}}
 	if cur.snap.Len() < old.snap.Len() {
-		why = limit.Leave
+		pl.why = limit.Leave
 	}
-	pulls := map[string]*job{}
-	pushes := map[string]*job{}
-	withouts := map[string]*ring.Snapshot{}
 	leaving := mv.host.leaving()
 	h := mv.host.marks()
 	h.mu.Lock()
 	for p := range h.kinds {
 		was := old.snap.Member(old.snap.PartitionOwner(p))
 		now := cur.snap.Member(cur.snap.PartitionOwner(p))
-		kind, d := h.kinds[p].Load(), h.parts[p]
-		if now.Name == self && leaving {
+		switch {
+		case now.Name == mv.cfg.Name && leaving:
 			// A leaving node is on its ring again only when every other
 			// member has gone too: it takes nothing over (the others are
 			// leaving as well, and their pulls would only time out), and
 			// decides from what it holds until it exits.
-			if kind == partMoved || kind == partReceived {
+			if kind := h.kinds[p].Load(); kind == partMoved || kind == partReceived {
 				h.setLocked(p, partNormal, partDetail{})
 			}
-			continue
+		case now.Name == mv.cfg.Name:
+			mv.planOwnLocked(h, &pl, p, was)
+		default:
+			mv.planOthersLocked(h, &pl, p, was, now)
 		}
-		if now.Name == self {
-			switch {
-			case kind == partMoved:
-				h.setLocked(p, partIncoming, partDetail{from: d.to, done: make(chan struct{}), why: why})
-			case kind == partIncoming:
-				// Still on its way from where the last change said.
-			case was.Name != self:
-				// Gained: take its state from the old owner, even when some
-				// of it was received already (merging is idempotent, and
-				// the old owner may have decided more since).
-				backup, here := mv.backupOf(old.snap, was.Name, p, withouts)
-				h.setLocked(p, partIncoming, partDetail{from: was, backup: backup, replicaHere: here, done: make(chan struct{}), why: why})
-			case kind == partReceived:
-				h.setLocked(p, partNormal, partDetail{})
-			default:
-				continue
-			}
-			if kind := h.kinds[p].Load(); kind == partIncoming {
-				d := h.parts[p]
-				key := d.from.Name + "\x00" + d.backup.Name + "\x00" + strconv.FormatBool(d.replicaHere)
-				addPart(pulls, key, job{pull: true, peer: d.from, backup: d.backup, replicaHere: d.replicaHere, why: why}, p)
-			}
-			continue
-		}
-		switch {
-		case kind == partReceived, kind == partNormal && was.Name == self:
-			j := addPart(pushes, now.Name, job{peer: now, why: why, pushed: make(chan struct{})}, p)
-			h.setLocked(p, partMoved, partDetail{to: now, pushed: j.pushed, why: why})
-		case kind == partMoved:
-			// The ring agrees now, or the node we moved it to hands it on by
-			// its own ring.
-			h.setLocked(p, partNormal, partDetail{})
-		}
-		// An incoming partition lost before its state arrived stays
-		// incoming: the pull under way passes it on (runPull), and a pull
-		// from its new owner waits for it (Pull).
 	}
 	h.mu.Unlock()
-	if len(pulls)+len(pushes) == 0 {
+	if len(pl.pulls)+len(pl.pushes) == 0 {
 		return nil
 	}
-	mv.log.Info("handoff planned", "ring_version", cur.snap.Version(), "pulls", len(pulls), "pushes", len(pushes), "transfer", why.String(), "leaving", leaving)
-	return mv.queue(pulls, pushes)
+	mv.log.Info("handoff planned", "ring_version", cur.snap.Version(), "pulls", len(pl.pulls), "pushes", len(pl.pushes), "transfer", pl.why.String(), "leaving", leaving)
+	return mv.queue(pl.pulls, pl.pushes)
+}
+
+// handoffPlan is what planHandoff gathers over the partitions.
+type handoffPlan struct {
+	old           *view
+	why           limit.Transfer
+	pulls, pushes map[string]*job           // by source (pulls) and destination (pushes)
+	withouts      map[string]*ring.Snapshot // old without a member, built on demand (backupOf)
+}
+
+// planOwnLocked marks partition p, which the new ring gives this node
+// (was, its owner in the old ring), and plans its pull. h.mu is held.
+func (mv *mover) planOwnLocked(h *handoff, pl *handoffPlan, p int, was ring.Member) {
+	kind, d := h.kinds[p].Load(), h.parts[p]
+	switch {
+	case kind == partMoved:
+		h.setLocked(p, partIncoming, partDetail{from: d.to, done: make(chan struct{}), why: pl.why})
+	case kind == partIncoming:
+		// Still on its way from where the last change said.
+	case was.Name != mv.cfg.Name:
+		// Gained: take its state from the old owner, even when some
+		// of it was received already (merging is idempotent, and
+		// the old owner may have decided more since).
+		backup, here := mv.backupOf(pl.old.snap, was.Name, p, pl.withouts)
+		h.setLocked(p, partIncoming, partDetail{from: was, backup: backup, replicaHere: here, done: make(chan struct{}), why: pl.why})
+	case kind == partReceived:
+		h.setLocked(p, partNormal, partDetail{})
+	default:
+		return
+	}
+	if kind := h.kinds[p].Load(); kind == partIncoming {
+		d := h.parts[p]
+		key := d.from.Name + "\x00" + d.backup.Name + "\x00" + strconv.FormatBool(d.replicaHere)
+		addPart(pl.pulls, key, job{pull: true, peer: d.from, backup: d.backup, replicaHere: d.replicaHere, why: pl.why}, p)
+	}
+}
+
+// planOthersLocked marks partition p, which the new ring gives now, another
+// node (was, its owner in the old ring), and plans its push. h.mu is held.
+func (mv *mover) planOthersLocked(h *handoff, pl *handoffPlan, p int, was, now ring.Member) {
+	switch kind := h.kinds[p].Load(); {
+	case kind == partReceived, kind == partNormal && was.Name == mv.cfg.Name:
+		j := addPart(pl.pushes, now.Name, job{peer: now, why: pl.why, pushed: make(chan struct{})}, p)
+		h.setLocked(p, partMoved, partDetail{to: now, pushed: j.pushed, why: pl.why})
+	case kind == partMoved:
+		// The ring agrees now, or the node we moved it to hands it on by
+		// its own ring.
+		h.setLocked(p, partNormal, partDetail{})
+	}
+	// An incoming partition lost before its state arrived stays
+	// incoming: the pull under way passes it on (runPull), and a pull
+	// from its new owner waits for it (Pull).
 }
 
 func addPart(jobs map[string]*job, key string, j job, p int) *job {
