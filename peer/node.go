@@ -5,8 +5,9 @@
 // # Model
 //
 // Every node holds one table per algorithm (bucket/ and window/), a ring
-// snapshot (ring/) that names each key's owner, and a batching client per
-// peer (transport/). A batch is validated item by item, the clock is read
+// snapshot (ring/) that names each key's owner, and a Link per peer
+// (links.go: over gRPC by default, grpcpeers.go; in memory on a MemNet,
+// memnet.go). A batch is validated item by item, the clock is read
 // once, each item is routed on its unique_key: owned here → decided at once;
 // owned elsewhere → grouped by owner and forwarded in one RPC per owner. The
 // owner decides on its own tables and never forwards again (one hop at
@@ -18,8 +19,9 @@
 //
 // # Concurrency and lifecycle
 //
-// New starts nothing. Run starts gossip, the ring rebuilder and the idle-key
-// sweeper and returns after all of them have stopped. Check and CheckLocal
+// New starts nothing. Run starts gossip, the ring rebuilder, the idle-key
+// sweeper and the state mover's jobs (mover.go: handoff transfers,
+// replication, snapshots) and returns after all of them have stopped. Check and CheckLocal
 // are safe for concurrent use and answer every item, before and after Run.
 // Leave announces departure and re-routes this node's keys to the others;
 // the caller then stops its servers and cancels Run.
