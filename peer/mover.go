@@ -51,6 +51,9 @@ type mover struct {
 	// when a table queues a changed key: it wakes the replication loop of
 	// an idle node (replicate.go).
 	changesWake chan struct{}
+
+	// Leases land here: the grants outstanding per key, with their
+	// expiries, moved with the key's state by the jobs above.
 }
 
 // moverHost is what the state mover needs of its node. The node's
