@@ -189,9 +189,11 @@ func (mv *mover) handoffLoop(ctx context.Context) {
 		mv.jobsMu.Lock()
 		jobs := mv.jobs
 		mv.jobs = nil
+		// Counted running as they leave the queue, under jobsMu: a job is
+		// always queued or running to handoffIdle.
+		mv.jobsRunning.Add(int64(len(jobs)))
 		mv.jobsMu.Unlock()
 		for _, j := range jobs {
-			mv.jobsRunning.Add(1)
 			mv.jobsWG.Go(func() {
 				defer mv.jobsRunning.Add(-1)
 				if j.pull {
@@ -241,12 +243,21 @@ func (mv *mover) takeOver(ctx context.Context, prev ring.Member, checks []limit.
 }
 
 // handoffIdle reports whether no transfer is queued or running and no
-// partition awaits its state.
+// partition awaits its state. It reads them with deciding held for
+// reading, as a batch does: a rebuild stores its ring and plans the
+// transfers it implies with deciding held for writing, so a caller that
+// has seen the new ring never sees it before its transfers (without this,
+// a test that waited for the new ring and then for an idle handoff could
+// find both between the two, and read the handoff's counters before it
+// ran).
 func (mv *mover) handoffIdle() bool {
+	h := mv.host.marks()
+	h.deciding.RLock()
+	defer h.deciding.RUnlock()
 	mv.jobsMu.Lock()
 	queued := len(mv.jobs)
 	mv.jobsMu.Unlock()
-	return queued == 0 && mv.jobsRunning.Load() == 0 && mv.host.marks().counts()["incoming"] == 0
+	return queued == 0 && mv.jobsRunning.Load() == 0 && h.counts()["incoming"] == 0
 }
 
 // runPull takes the state of j.parts from j.peer (or, failing that, from
