@@ -7,6 +7,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/shardlimiter/shardlimiter/internal/statebytes"
 	"github.com/shardlimiter/shardlimiter/internal/wide"
 	"github.com/shardlimiter/shardlimiter/limit"
 )
@@ -170,22 +171,22 @@ func appendImage(b []byte, s keyImage) []byte {
 // and warm-up permits that a warm-up of 1 ns to limit.MaxPeriod produces.
 // shaping selects the algorithm the bytes must be for.
 func decodeImage(b []byte, shaping bool) (keyImage, error) {
-	r := reader{b: b}
-	version, kind := r.byte(), r.byte()
+	r := statebytes.NewReader(b, errState)
+	version, kind := r.Byte(), r.Byte()
 	s := keyImage{shaping: shaping}
 	want := byte(limit.TokenBucket)
 	if shaping {
 		want = byte(limit.LeakyBucket)
 	}
-	if r.err != nil || version != stateVersion || kind&^kindWarm != want || shaping && kind&kindWarm != 0 {
+	if r.Err() != nil || version != stateVersion || kind&^kindWarm != want || shaping && kind&kindWarm != 0 {
 		return keyImage{}, fmt.Errorf("%w: header %#x %#x", errState, version, kind)
 	}
 	s.warm = kind&kindWarm != 0
-	lim, capacity, period, tat := r.uvarint(), r.uvarint(), r.uvarint(), r.uvarint()
+	lim, capacity, period, tat := r.Uvarint(), r.Uvarint(), r.Uvarint(), r.Uvarint()
 	if s.warm {
-		s.stored, s.maxp = r.float64(), r.float64()
+		s.stored, s.maxp = r.Float64(), r.Float64()
 	}
-	if err := r.end(); err != nil {
+	if err := r.End(); err != nil {
 		return keyImage{}, err
 	}
 	if lim > limit.MaxLimit || capacity < 1 || capacity > limit.MaxLimit+1 || period > uint64(limit.MaxPeriod) || tat > uint64(maxTAT) {
@@ -287,58 +288,4 @@ func usedMore(x, y keyImage, now int64) bool {
 	}
 	// dx/sx > dy/sy  ⇔  dx×sy > dy×sx
 	return !wide.MulLE(dx, sy, dy, sx)
-}
-
-// reader reads a state's fields; the first error sticks.
-type reader struct {
-	b   []byte
-	err error
-}
-
-func (r *reader) fail(what string) {
-	if r.err == nil {
-		r.err = fmt.Errorf("%w: %s", errState, what)
-	}
-}
-
-func (r *reader) byte() byte {
-	if r.err != nil || len(r.b) == 0 {
-		r.fail("truncated")
-		return 0
-	}
-	c := r.b[0]
-	r.b = r.b[1:]
-	return c
-}
-
-// uvarint reads a minimal uvarint (one encoding per value).
-func (r *reader) uvarint() uint64 {
-	if r.err != nil {
-		return 0
-	}
-	x, n := binary.Uvarint(r.b)
-	if n <= 0 || n > 1 && r.b[n-1] == 0 {
-		r.fail("bad varint")
-		return 0
-	}
-	r.b = r.b[n:]
-	return x
-}
-
-func (r *reader) float64() float64 {
-	if r.err != nil || len(r.b) < 8 {
-		r.fail("truncated")
-		return 0
-	}
-	f := math.Float64frombits(binary.LittleEndian.Uint64(r.b))
-	r.b = r.b[8:]
-	return f
-}
-
-// end returns the first error, or an error if bytes are left over.
-func (r *reader) end() error {
-	if r.err == nil && len(r.b) != 0 {
-		r.fail(fmt.Sprintf("%d trailing bytes", len(r.b)))
-	}
-	return r.err
 }

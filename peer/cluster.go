@@ -1,6 +1,11 @@
 package peer
 
-import "cmp"
+import (
+	"cmp"
+	"time"
+
+	"github.com/shardlimiter/shardlimiter/snapshot"
+)
 
 // ClusterInfo is this node's view of the cluster, served at /v1/cluster.
 type ClusterInfo struct {
@@ -21,8 +26,25 @@ type ClusterInfo struct {
 	// Replication is the replication interval ("100ms"), "off" when 0.
 	Replication string `json:"replication"`
 	// Memory is what the tables hold against their byte budget.
-	Memory  MemoryStats  `json:"memory"`
-	Members []MemberInfo `json:"members"`
+	Memory MemoryStats `json:"memory"`
+	// Snapshot is the durable state (--state-dir); nil (null) without it.
+	Snapshot *SnapshotInfo `json:"snapshot"`
+	Members  []MemberInfo  `json:"members"`
+}
+
+// SnapshotInfo is the state of a node's snapshot file (Config.StateDir).
+type SnapshotInfo struct {
+	Dir      string `json:"dir"`
+	Path     string `json:"path"`     // the file
+	Interval string `json:"interval"` // between writes, when something changed
+	// Keys is the key count of the file on disk: the last one written, or
+	// the one restored at start before the first write.
+	Keys int `json:"keys"`
+	// LastWritten is when the last successful write began (RFC 3339, UTC);
+	// empty before the first write of this process.
+	LastWritten string `json:"last_written"`
+	// LastError is the last write's error; empty after a success.
+	LastError string `json:"last_error"`
 }
 
 // MemberInfo is one member of the ring.
@@ -52,6 +74,15 @@ func (n *Node) Cluster() ClusterInfo {
 	}
 	if n.cfg.ReplicationInterval > 0 {
 		info.Replication = n.cfg.ReplicationInterval.String()
+	}
+	if d := n.mv.dur; d != nil {
+		d.statMu.Lock()
+		s := &SnapshotInfo{Dir: d.dir, Path: snapshot.Path(d.dir, d.name), Interval: d.interval.String(), Keys: d.lastKeys, LastError: d.lastError}
+		if !d.lastWritten.IsZero() {
+			s.LastWritten = d.lastWritten.UTC().Format(time.RFC3339)
+		}
+		d.statMu.Unlock()
+		info.Snapshot = s
 	}
 	for _, m := range v.snap.Members() {
 		info.Members = append(info.Members, MemberInfo{Name: m.Name, Addr: m.Addr, PeerAddr: peerAddr(m), Share: shares[m.Name]})

@@ -63,6 +63,22 @@ type durable struct {
 	restored atomic.Bool
 	mu       sync.Mutex // serializes writes
 	m        durableMetrics
+	// The last write, for ClusterInfo; guarded by statMu (not mu, which a
+	// write holds for its whole length). lastKeys starts as the restored
+	// file's record count (the file on disk until the first write).
+	statMu      sync.Mutex
+	lastKeys    int
+	lastWritten time.Time // when the last successful write began; zero before one
+	lastError   string    // the last write's error; empty after a success
+}
+
+// attrs are the log attributes naming the snapshot file; none without a
+// state directory.
+func (d *durable) attrs() []any {
+	if d == nil {
+		return nil
+	}
+	return []any{"snapshot", snapshot.Path(d.dir, d.name)}
 }
 
 type durableMetrics struct {
@@ -128,13 +144,9 @@ func (d *durable) changed() {
 	}
 }
 
-// Restore merges this node's snapshot from Config.StateDir into its tables.
-// Call it once, after New and before the node serves; it does nothing
-// without a StateDir. A missing file is a first start; a damaged one is
-// logged, counted, renamed to <file>.corrupt and otherwise ignored. The
-// error is for a directory that cannot be made or read.
-func (n *Node) Restore() error {
-	d := n.dur
+// restore merges the node's snapshot into its tables (Node.Restore).
+func (mv *mover) restore() error {
+	d := mv.dur
 	if d == nil {
 		return nil
 	}
@@ -142,19 +154,19 @@ func (n *Node) Restore() error {
 		return fmt.Errorf("peer: state dir: %w", err)
 	}
 	if k := snapshot.RemoveTemp(d.dir, d.name); k > 0 {
-		n.log.Info("snapshot: removed unfinished writes", "files", k)
+		mv.log.Info("snapshot: removed unfinished writes", "files", k)
 	}
 	path := snapshot.Path(d.dir, d.name)
 	start := time.Now()
-	now := n.cfg.Now().UnixNano()
+	now := mv.cfg.Now().UnixNano()
 	var loaded, bad int
 	var first error
 	info, err := snapshot.Load(d.dir, d.name, func(ks limit.KeyState) error {
-		if int(ks.Algorithm) >= len(n.limiters) {
+		if int(ks.Algorithm) >= len(mv.host.tables()) {
 			bad++
 			return nil
 		}
-		if err := n.limiters[ks.Algorithm].Import(ks.Key, ks.State, now, true); err != nil {
+		if err := mv.host.tables()[ks.Algorithm].Import(ks.Key, ks.State, now, true); err != nil {
 			if first == nil {
 				first = err
 			}
@@ -164,9 +176,33 @@ func (n *Node) Restore() error {
 		loaded++
 		return nil
 	})
+	if err != nil {
+		return mv.loadFailed(path, err)
+	}
+	d.m.loadedKeys.Add(float64(loaded))
+	if bad > 0 {
+		mv.m.transferMalformed.Add(float64(bad))
+		mv.log.Warn("snapshot: keys refused", "refused", bad, "of", info.Records, "err", first)
+	}
+	if loaded > 0 {
+		d.restored.Store(true)
+	}
+	d.statMu.Lock()
+	d.lastKeys = int(info.Records)
+	d.statMu.Unlock()
+	mv.log.Info("snapshot: restored", "path", path, "records", info.Records, "age", time.Duration(now-info.WrittenAt).Round(time.Millisecond), "took", time.Since(start).Round(time.Millisecond))
+	return nil
+}
+
+// loadFailed handles a snapshot that could not be loaded: none is a first
+// start; a damaged one is counted, renamed aside and otherwise ignored, as
+// is one that cannot be read. The error is for a state directory that is
+// not there.
+func (mv *mover) loadFailed(path string, err error) error {
+	d := mv.dur
 	switch {
 	case errors.Is(err, os.ErrNotExist):
-		n.log.Info("snapshot: none to restore", "path", path)
+		mv.log.Info("snapshot: none to restore", "path", path)
 		return nil
 	case errors.Is(err, snapshot.ErrCorrupt):
 		d.m.loadErrors.Inc()
@@ -174,38 +210,28 @@ func (n *Node) Restore() error {
 		if rerr := os.Rename(path, aside); rerr != nil {
 			aside = ""
 		}
-		n.log.Error("snapshot: refused, starting without it", "path", path, "kept_as", aside, "err", err)
+		mv.log.Error("snapshot: refused, starting without it", "path", path, "kept_as", aside, "err", err)
 		return nil
-	case err != nil:
+	default:
 		d.m.loadErrors.Inc()
 		if _, serr := os.Stat(filepath.Dir(path)); serr != nil {
 			return fmt.Errorf("peer: state dir: %w", serr)
 		}
-		n.log.Error("snapshot: unreadable, starting without it", "path", path, "err", err)
+		mv.log.Error("snapshot: unreadable, starting without it", "path", path, "err", err)
 		return nil
 	}
-	d.m.loadedKeys.Add(float64(loaded))
-	if bad > 0 {
-		n.m.transferMalformed.Add(float64(bad))
-		n.log.Warn("snapshot: keys refused", "refused", bad, "of", info.Records, "err", first)
-	}
-	if loaded > 0 {
-		d.restored.Store(true)
-	}
-	n.log.Info("snapshot: restored", "path", path, "records", info.Records, "age", time.Duration(now-info.WrittenAt).Round(time.Millisecond), "took", time.Since(start).Round(time.Millisecond))
-	return nil
 }
 
 // snapshotLoop writes a snapshot every interval until ctx is done.
-func (n *Node) snapshotLoop(ctx context.Context) {
-	t := time.NewTicker(n.dur.interval)
+func (mv *mover) snapshotLoop(ctx context.Context) {
+	t := time.NewTicker(mv.dur.interval)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			n.writeSnapshot()
+			mv.writeSnapshot()
 		}
 	}
 }
@@ -213,19 +239,46 @@ func (n *Node) snapshotLoop(ctx context.Context) {
 // writeSnapshot writes every key state held to the snapshot file, unless
 // nothing changed since the last write. A failed write keeps the old file
 // and leaves the node dirty, so the next round tries again.
-func (n *Node) writeSnapshot() {
-	d := n.dur
+func (mv *mover) writeSnapshot() {
+	if keys, took, err := mv.snapshotNow(); err == nil && took > 0 {
+		mv.log.Debug("snapshot: written", "keys", keys, "took", took)
+	}
+}
+
+// writeFinalSnapshot writes the last snapshot as the node stops, and says
+// so at info with its key count and path: an operator stopping every node
+// reads here that the keys are kept. A last write with nothing changed
+// since the previous one keeps that file, which holds the same keys.
+func (mv *mover) writeFinalSnapshot() {
+	d := mv.dur
+	keys, took, err := mv.snapshotNow()
+	switch {
+	case err != nil: // logged by snapshotNow
+	case took == 0:
+		mv.log.Info("snapshot: final snapshot unchanged since the last write, kept", "keys", keys, "path", snapshot.Path(d.dir, d.name))
+	default:
+		mv.log.Info("snapshot: final snapshot written", "keys", keys, "path", snapshot.Path(d.dir, d.name), "took", took.Round(time.Microsecond))
+	}
+}
+
+// snapshotNow writes the snapshot if something changed since the last
+// write (took > 0 then), and returns the key count of the file on disk.
+// A failure is logged and counted here.
+func (mv *mover) snapshotNow() (keys int, took time.Duration, err error) {
+	d := mv.dur
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if !d.dirty.Swap(false) {
 		d.m.skipped.Inc()
-		return
+		d.statMu.Lock()
+		defer d.statMu.Unlock()
+		return d.lastKeys, 0, nil
 	}
 	start := time.Now()
-	now := n.cfg.Now().UnixNano()
+	now := mv.cfg.Now().UnixNano()
 	info, err := snapshot.Write(d.dir, d.name, now, func(w *snapshot.Writer) error {
 		var werr error
-		for a, l := range n.limiters {
+		for a, l := range mv.host.tables() {
 			l.Range(func(key string) bool {
 				if st, ok := l.Export(key, now); ok {
 					werr = w.Write(limit.KeyState{Algorithm: limit.Algorithm(a), Key: key, State: st})
@@ -238,19 +291,25 @@ func (n *Node) writeSnapshot() {
 		}
 		return nil
 	})
-	took := time.Since(start)
+	took = max(time.Since(start), 1)
 	if err != nil {
 		d.dirty.Store(true)
 		d.m.writeErrors.Inc()
-		n.log.Error("snapshot: write failed; the previous one is kept", "dir", d.dir, "err", err)
-		return
+		d.statMu.Lock()
+		d.lastError = err.Error()
+		d.statMu.Unlock()
+		mv.log.Error("snapshot: write failed; the previous one is kept", "dir", d.dir, "err", err)
+		return 0, 0, err
 	}
 	d.m.duration.Observe(took.Seconds())
 	d.m.keys.Set(float64(info.Records))
 	// The round's start, not its end: the snapshot holds every decision
 	// made before it began, and maybe some made while it ran.
 	d.m.lastSuccess.Set(float64(start.UnixNano()) / 1e9)
-	n.log.Debug("snapshot: written", "keys", info.Records, "took", took)
+	d.statMu.Lock()
+	d.lastKeys, d.lastWritten, d.lastError = int(info.Records), start, ""
+	d.statMu.Unlock()
+	return int(info.Records), took, nil
 }
 
 // restorePushes queues the push of the keys held here in the partitions
@@ -260,7 +319,7 @@ func (n *Node) writeSnapshot() {
 // alone first pushes all it lost anyway, see rebuild). Keys only: the
 // owners hold these partitions already, and an owner that is still
 // pulling one from elsewhere must not see it settled by this push.
-func (n *Node) restorePushes(cur *view) {
+func (mv *mover) restorePushes(cur *view) {
 	jobs := map[string]*job{}
 	for p := range cur.snap.Partitions() {
 		if o := cur.snap.PartitionOwner(p); o != cur.self {
@@ -268,14 +327,21 @@ func (n *Node) restorePushes(cur *view) {
 			addPart(jobs, m.Name, job{peer: m, why: limit.Join, pushed: make(chan struct{}), keysOnly: true}, p)
 		}
 	}
-	n.jobsMu.Lock()
-	for _, j := range jobs {
-		n.jobs = append(n.jobs, *j)
-	}
-	n.jobsMu.Unlock()
-	select {
-	case n.jobsKick <- struct{}{}:
-	default:
-	}
-	n.log.Info("snapshot: sending restored keys to their owners", "owners", len(jobs))
+	mv.queue(jobs)
+	mv.log.Info("snapshot: sending restored keys to their owners", "owners", len(jobs))
 }
+
+// keptOrDropped says what becomes of the keys this node holds when it
+// exits with no member left to take them: with Config.StateDir its last
+// snapshot, written as Run ends, keeps them.
+func (mv *mover) keptOrDropped() string {
+	if mv.dur != nil {
+		return "kept in the snapshot written at exit"
+	}
+	return "dropped (no --state-dir)"
+}
+
+// takeRestored reports, once, whether keys were restored that may belong
+// to other nodes: the first rebuild with other members sends them on
+// (restorePushes).
+func (mv *mover) takeRestored() bool { return mv.dur != nil && mv.dur.restored.Swap(false) }

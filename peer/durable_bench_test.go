@@ -49,8 +49,8 @@ func BenchmarkSnapshotWrite1M(b *testing.B) {
 	b.ResetTimer()
 	cpu := cpuTime()
 	for b.Loop() {
-		n.dur.changed()
-		n.writeSnapshot()
+		n.mv.dur.changed()
+		n.mv.writeSnapshot()
 	}
 	b.ReportMetric(float64((cpuTime()-cpu).Milliseconds())/float64(b.N), "cpu-ms/op")
 	if fi, err := os.Stat(snapshot.Path(dir, "bench")); err == nil {
@@ -63,8 +63,8 @@ func BenchmarkSnapshotWrite1M(b *testing.B) {
 func BenchmarkSnapshotRestore1M(b *testing.B) {
 	dir := b.TempDir()
 	n := fillForSnapshot(b, dir)
-	n.dur.changed()
-	n.writeSnapshot()
+	n.mv.dur.changed()
+	n.mv.writeSnapshot()
 	clk := newClock()
 	b.ResetTimer()
 	cpu := cpuTime()

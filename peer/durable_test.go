@@ -11,7 +11,6 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/shardlimiter/shardlimiter/internal/poll"
-
 	"github.com/shardlimiter/shardlimiter/limit"
 	"github.com/shardlimiter/shardlimiter/snapshot"
 )
@@ -74,7 +73,7 @@ func TestSnapshotRestoresEveryAlgorithm(t *testing.T) {
 	for alg, r := range rules {
 		want[alg] = peekRemaining(t, a, "k-"+alg.String(), r)
 	}
-	a.writeSnapshot()
+	a.mv.writeSnapshot()
 
 	b, _ := newDurableNode(t, dir, clk)
 	for alg, r := range rules {
@@ -82,10 +81,10 @@ func TestSnapshotRestoresEveryAlgorithm(t *testing.T) {
 			t.Errorf("%v: remaining after restore %d, want %d", alg, got, want[alg])
 		}
 	}
-	if got := counterValue(b.dur.m.loadedKeys); got != float64(len(rules)) {
+	if got := counterValue(b.mv.dur.m.loadedKeys); got != float64(len(rules)) {
 		t.Errorf("loaded keys %v, want %d", got, len(rules))
 	}
-	if got := counterValue(b.dur.m.loadErrors); got != 0 {
+	if got := counterValue(b.mv.dur.m.loadErrors); got != 0 {
 		t.Errorf("load errors %v, want 0", got)
 	}
 }
@@ -98,7 +97,7 @@ func TestSnapshotDropsExpiredStates(t *testing.T) {
 	short, long := rule(limit.FixedWindow, 10, time.Minute), rule(limit.FixedWindow, 10, 24*time.Hour)
 	spend(t, a, "short", short, 3)
 	spend(t, a, "long", long, 3)
-	a.writeSnapshot()
+	a.mv.writeSnapshot()
 
 	clk.Advance(2 * time.Minute) // the minute window is over, the day's is not
 	b, _ := newDurableNode(t, dir, clk)
@@ -119,7 +118,7 @@ func TestSnapshotMergeKeepsLargerConsumption(t *testing.T) {
 	r := rule(limit.FixedWindow, 10, time.Hour)
 	spend(t, a, "snap-more", r, 5)
 	spend(t, a, "snap-less", r, 2)
-	a.writeSnapshot()
+	a.mv.writeSnapshot()
 
 	b, err := New(Config{Name: "solo", Now: clk.Now, StateDir: dir})
 	if err != nil {
@@ -151,7 +150,7 @@ func TestSnapshotDamagedRefused(t *testing.T) {
 			for i := range 50 {
 				spend(t, a, string(rune('a'+i%26))+string(rune('a'+i/26)), r, 2)
 			}
-			a.writeSnapshot()
+			a.mv.writeSnapshot()
 			path := snapshot.Path(dir, "solo")
 			b, err := os.ReadFile(path)
 			if err != nil {
@@ -169,7 +168,7 @@ func TestSnapshotDamagedRefused(t *testing.T) {
 			if got := n.limiters[limit.FixedWindow].Len(); got != 0 {
 				t.Errorf("keys after a %s snapshot: %d, want 0", damage, got)
 			}
-			if got := counterValue(n.dur.m.loadErrors); got != 1 {
+			if got := counterValue(n.mv.dur.m.loadErrors); got != 1 {
 				t.Errorf("load errors %v, want 1", got)
 			}
 			if _, err := os.Stat(path + ".corrupt"); err != nil {
@@ -189,27 +188,27 @@ func TestSnapshotSkipsWhenUnchanged(t *testing.T) {
 	dir, clk := t.TempDir(), newClock()
 	n, _ := newDurableNode(t, dir, clk)
 	path := snapshot.Path(dir, "solo")
-	n.writeSnapshot()
+	n.mv.writeSnapshot()
 	if _, err := os.Stat(path); !os.IsNotExist(err) {
 		t.Fatalf("a node that decided nothing wrote a snapshot (%v)", err)
 	}
 	r := rule(limit.TokenBucket, 10, time.Hour)
 	spend(t, n, "k", r, 1)
-	n.writeSnapshot()
+	n.mv.writeSnapshot()
 	first, err := os.Stat(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	n.writeSnapshot()
+	n.mv.writeSnapshot()
 	again, _ := os.Stat(path)
 	if !os.SameFile(first, again) {
 		t.Error("an unchanged node rewrote its snapshot")
 	}
-	if got := counterValue(n.dur.m.skipped); got != 2 {
+	if got := counterValue(n.mv.dur.m.skipped); got != 2 {
 		t.Errorf("skipped rounds %v, want 2", got)
 	}
 	spend(t, n, "k", r, 1)
-	n.writeSnapshot()
+	n.mv.writeSnapshot()
 	if third, _ := os.Stat(path); os.SameFile(first, third) {
 		t.Error("a changed node did not write its snapshot")
 	}
@@ -221,7 +220,7 @@ func TestRunWritesSnapshotAtStop(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	dir, clk := t.TempDir(), newClock()
 	n, _ := newDurableNode(t, dir, clk)
-	n.dur.interval = time.Millisecond // the loop writes too, meanwhile
+	n.mv.dur.interval = time.Millisecond // the loop writes too, meanwhile
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
 	go func() { done <- n.Run(ctx) }()
@@ -253,7 +252,7 @@ func TestRestoredKeysReachTheirOwners(t *testing.T) {
 		keys[i] = fmt.Sprintf("account:%d", i)
 		spend(t, lone, keys[i], r, 1+i%7)
 	}
-	lone.writeSnapshot()
+	lone.mv.writeSnapshot()
 
 	c := newTestCluster(t, 1, Config{Now: clk.Now, StateDir: dir, ReplicationInterval: 10 * time.Millisecond})
 	// node-0 serves alone first (the first node of a cluster restarting):
@@ -298,12 +297,41 @@ func TestSnapshotNameOutlivesNodeName(t *testing.T) {
 		}
 		spend(t, n, "k", r, 3)
 		counts = append(counts, peekRemaining(t, n, "k", r))
-		n.writeSnapshot()
+		n.mv.writeSnapshot()
 	}
 	if counts[1] != 4 {
 		t.Errorf("the second pod's remaining %d after 3 more hits, want 4 (its predecessor's 3 restored)", counts[1])
 	}
 	if _, err := os.Stat(snapshot.Path(dir, "host-1")); err != nil {
 		t.Errorf("no file named after SnapshotName: %v", err)
+	}
+}
+
+// The cluster view shows the snapshot: its file, the keys of the last
+// write and when it began; null without a state directory.
+func TestClusterShowsSnapshot(t *testing.T) {
+	dir, clk := t.TempDir(), newClock()
+	n, _ := newDurableNode(t, dir, clk)
+	s := n.Cluster().Snapshot
+	if s == nil || s.Dir != dir || s.Path != snapshot.Path(dir, "solo") || s.LastWritten != "" || s.Keys != 0 {
+		t.Fatalf("Cluster().Snapshot before a write = %+v, want dir %s, no write yet", s, dir)
+	}
+	spend(t, n, "a", rule(limit.FixedWindow, 10, time.Hour), 1)
+	spend(t, n, "b", rule(limit.FixedWindow, 10, time.Hour), 1)
+	n.mv.writeSnapshot()
+	if s = n.Cluster().Snapshot; s.Keys != 2 || s.LastWritten == "" || s.LastError != "" {
+		t.Errorf("Cluster().Snapshot after a write of 2 keys = %+v", s)
+	}
+	// A restart shows the restored file's keys before its first write.
+	b, _ := newDurableNode(t, dir, clk)
+	if s = b.Cluster().Snapshot; s.Keys != 2 || s.LastWritten != "" {
+		t.Errorf("Cluster().Snapshot after a restore of 2 keys = %+v", s)
+	}
+	plain, err := New(Config{Name: "p"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := plain.Cluster().Snapshot; s != nil {
+		t.Errorf("Cluster().Snapshot without a state dir = %+v, want nil", s)
 	}
 }

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/shardlimiter/shardlimiter/internal/poll"
-
 	"github.com/shardlimiter/shardlimiter/limit"
 	"github.com/shardlimiter/shardlimiter/transport/dial"
 )

@@ -50,7 +50,7 @@ func (g *groupLocks) lock(key string) *sync.Mutex {
 // decideRun decides g, a plain check or a valid group, on this node's
 // tables; out[i] answers g[i].
 func (n *Node) decideRun(kb *keyBuf, g []limit.Check, out []limit.Result, now int64) {
-	n.dur.changed()
+	n.mv.changed()
 	if len(g) == 1 {
 		out[0] = n.decide(kb, &g[0], now)
 		kb.tally.record(&g[0], &out[0].Decision)

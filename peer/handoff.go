@@ -67,9 +67,10 @@ var partKindNames = [...]string{"normal", "incoming", "moved", "received"}
 // partDetail is what a mark needs beyond its kind. Guarded by handoff.mu.
 type partDetail struct {
 	// incoming: where the state is, and where its replica is (Name "" when
-	// none), tried in that order; done is closed once the state is here
-	// (or given up on).
+	// none, or when replicaHere: this node holds it), tried in that order;
+	// done is closed once the state is here (or given up on).
 	from, backup ring.Member
+	replicaHere  bool
 	done         chan struct{}
 	// moved: the node that has it; pushed is closed once our push of it
 	// was answered (at once when it was pulled from us).

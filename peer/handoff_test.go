@@ -42,7 +42,7 @@ func (c *testCluster) waitSettled() {
 	c.t.Helper()
 	poll.Until(c.t, 30*time.Second, func() bool {
 		for _, tn := range c.running() {
-			if !tn.node.handoffIdle() {
+			if !tn.node.mv.handoffIdle() {
 				return false
 			}
 		}
@@ -250,7 +250,7 @@ func TestStatesMergeInEitherOrder(t *testing.T) {
 		if !res[0].Allowed {
 			t.Fatalf("spend %d: %+v", hits, res[0])
 		}
-		keys := n.exportPartitions(allPartitions(n))
+		keys := n.mv.exportPartitions(allPartitions(n))
 		if len(keys) != 1 {
 			t.Fatalf("export: %d keys, want 1", len(keys))
 		}

@@ -15,7 +15,7 @@ import (
 	"github.com/shardlimiter/shardlimiter/limit"
 	"github.com/shardlimiter/shardlimiter/ring"
 	"github.com/shardlimiter/shardlimiter/transport"
-	"github.com/shardlimiter/shardlimiter/transport/server"
+	tserver "github.com/shardlimiter/shardlimiter/transport/server"
 )
 
 // staticGossip is a membership the test controls: every node of a
@@ -39,23 +39,42 @@ func (g *staticGossip) Leave(time.Duration) error {
 }
 
 // testNode is one node of an in-process cluster: a Node behind a real gRPC
-// server on a loopback port.
+// server on a loopback port, or on a MemNet.
 type testNode struct {
 	name   string
 	addr   string
 	node   *Node
 	gossip *staticGossip
-	srv    *server.Listener
+	srv    server
 	cancel context.CancelFunc
 	done   chan struct{}
 	down   bool // server stopped (crash or leave)
 	deaf   bool // not told of membership changes: its ring goes stale
 }
 
+// server is how a test stops a node's peer port: a gRPC server, or the
+// node's place on a MemNet.
+type server interface {
+	Stop()
+	GracefulStop()
+}
+
+// memServer is a node's place on a MemNet: stopping it makes the node
+// unreachable.
+type memServer struct {
+	net  *MemNet
+	addr string
+}
+
+func (s memServer) Stop()         { s.net.Remove(s.addr) }
+func (s memServer) GracefulStop() { s.net.Remove(s.addr) }
+
 // testCluster owns its nodes; everything stops in t.Cleanup.
 type testCluster struct {
 	t   *testing.T
 	cfg Config
+	// net, when set, connects the nodes instead of gRPC (newMemCluster).
+	net *MemNet
 	// perNode, when set, adjusts each node's config (e.g. a registry of
 	// its own).
 	perNode func(*Config)
@@ -73,6 +92,19 @@ func newTestCluster(t *testing.T, n int, cfg Config) *testCluster {
 func newTestClusterWith(t *testing.T, n int, cfg Config, perNode func(*Config)) *testCluster {
 	t.Helper()
 	c := &testCluster{t: t, cfg: cfg, perNode: perNode}
+	for range n {
+		c.add()
+	}
+	t.Cleanup(c.stopAll)
+	c.waitSettled()
+	return c
+}
+
+// newMemCluster is newTestCluster with the nodes connected by a MemNet,
+// in memory, instead of gRPC servers on loopback ports.
+func newMemCluster(t *testing.T, n int, cfg Config) *testCluster {
+	t.Helper()
+	c := &testCluster{t: t, cfg: cfg, net: NewMemNet()}
 	for range n {
 		c.add()
 	}
@@ -112,29 +144,47 @@ func (c *testCluster) signal() {
 // add starts one more node and tells everyone.
 func (c *testCluster) add() *testNode {
 	t := c.t
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	var lis net.Listener
+	addr := "" // on a MemNet: its name's
+	if c.net == nil {
+		var err error
+		if lis, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+			t.Fatal(err)
+		}
+		addr = lis.Addr().String()
 	}
 	c.mu.Lock()
-	tn := &testNode{name: fmt.Sprintf("node-%d", len(c.nodes)), addr: lis.Addr().String(), done: make(chan struct{})}
+	tn := &testNode{name: fmt.Sprintf("node-%d", len(c.nodes)), addr: addr, done: make(chan struct{})}
+	if tn.addr == "" {
+		tn.addr = "mem:" + tn.name
+	}
 	tn.gossip = &staticGossip{c: c, changed: make(chan struct{}, 1)}
 	c.nodes = append(c.nodes, tn)
 	c.mu.Unlock()
 
 	cfg := c.cfg
 	cfg.Name, cfg.GRPCAddr, cfg.Gossip = tn.name, tn.addr, tn.gossip
+	if c.net != nil {
+		cfg.Peers = c.net
+	}
 	if c.perNode != nil {
 		c.perNode(&cfg)
 	}
+	var err error
 	if tn.node, err = New(cfg); err != nil {
 		t.Fatal(err)
 	}
 	if err := tn.node.Restore(); err != nil {
 		t.Fatal(err)
 	}
-	tn.srv = nodeListener(tn.node)
-	go tn.srv.Serve(lis)
+	if c.net != nil {
+		c.net.Add(tn.addr, tn.node)
+		tn.srv = memServer{c.net, tn.addr}
+	} else {
+		srv := nodeListener(tn.node)
+		go srv.Serve(lis)
+		tn.srv = srv
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	tn.cancel = cancel
 	go func() { defer close(tn.done); tn.node.Run(ctx) }()
@@ -226,16 +276,16 @@ func (c *testCluster) check(tn *testNode, checks ...limit.Check) []limit.Result 
 
 // nodeListener is one listener with the node's client and peer APIs, as
 // the tests' nodes serve them on one address.
-func nodeListener(n *Node) *server.Listener {
-	l := server.NewClientListener(server.Config{})
+func nodeListener(n *Node) *tserver.Listener {
+	l := tserver.NewClientListener(tserver.Config{})
 	native.Register(l, n, n)
 	peers.Register(l, transport.CheckerFunc(n.CheckLocal), n)
 	return l
 }
 
 // peerListener is a listener of the Peers service alone, answered by local.
-func peerListener(local transport.Checker) *server.Listener {
-	l := server.NewPeerListener(server.Config{})
+func peerListener(local transport.Checker) *tserver.Listener {
+	l := tserver.NewPeerListener(tserver.Config{})
 	peers.Register(l, local, nil)
 	return l
 }

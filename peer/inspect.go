@@ -114,7 +114,7 @@ func (n *Node) inspectAt(ctx context.Context, m ring.Member, c limit.Check) limi
 	if peerAddr(m) == "" {
 		m = n.member(m.Name)
 	}
-	st, err := n.peers.state(m)
+	st, err := n.peers.link(m)
 	if err != nil {
 		return failed(err)
 	}

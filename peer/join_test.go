@@ -49,15 +49,15 @@ func TestJoiningNodePullsAfterAnEarlyPush(t *testing.T) {
 			t.Fatal(err)
 		}
 		pulls, pushes := 0, 0
-		n.jobsMu.Lock()
-		for _, j := range n.jobs {
+		n.mv.jobsMu.Lock()
+		for _, j := range n.mv.jobs {
 			if j.pull {
 				pulls++
 			} else {
 				pushes++
 			}
 		}
-		n.jobsMu.Unlock()
+		n.mv.jobsMu.Unlock()
 		if !decided && (pulls == 0 || pushes != 0) {
 			t.Errorf("a joining node holding only pushed keys planned %d pulls and %d pushes, want pulls and no push", pulls, pushes)
 		}

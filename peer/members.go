@@ -33,3 +33,21 @@ func (n *Node) Membership() ring.Membership {
 // MemberAddr returns the client gRPC address of the member called name
 // (gubernator's metadata "owner" names the owner by it); "" when unknown.
 func (n *Node) MemberAddr(name string) string { return n.member(name).Addr }
+
+// member returns the member called name as this node knows it: from its
+// ring, else from gossip (a node that has just joined); Addr is empty when
+// it is unknown.
+func (n *Node) member(name string) ring.Member {
+	v := n.view.Load()
+	if i := v.snap.IndexOf(name); i >= 0 {
+		return v.snap.Member(i)
+	}
+	if g := n.cfg.Gossip; g != nil {
+		for _, m := range g.Members() {
+			if m.Name == name {
+				return m
+			}
+		}
+	}
+	return ring.Member{Name: name}
+}

@@ -18,6 +18,7 @@ type metrics struct {
 	transferReceived   [3]prometheus.Counter // by limit.Transfer
 	transferMalformed  prometheus.Counter
 	handoffIncomplete  prometheus.Counter
+	replicaFallbacks   prometheus.Counter
 	handoffWait        prometheus.Observer
 	replicationRound   prometheus.Observer
 	replicationErrors  prometheus.Counter
@@ -50,6 +51,33 @@ func newMetrics(reg prometheus.Registerer, n *Node, maxRules int) *metrics {
 	for i, name := range policyNames {
 		m.fallback[i] = fallback.WithLabelValues(name)
 	}
+	moving := m.initMoving()
+	m.standin = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "shardlimiter_peer_standin_decisions_total",
+		Help: "Checks decided from a replica because their owner could not be reached.",
+	})
+	m.notOwner = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "shardlimiter_peer_not_owner_total",
+		Help: "Forwarded checks refused because this node does not own their key (the sender routes them again).",
+	})
+	m.redirects = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "shardlimiter_peer_redirects_total",
+		Help: "Checks sent on to the owner another node named after it refused them.",
+	})
+	m.rules = newRuleMetrics(maxRules)
+	if reg == nil {
+		return m
+	}
+	reg.MustRegister(m.rules.collectors()...)
+	reg.MustRegister(moving...)
+	reg.MustRegister(fallback, m.ringMembers, m.ringRebuilds, m.swept,
+		tableCollector{n: n}, m.standin, m.notOwner, m.redirects, handoffCollector{n: n})
+	return m
+}
+
+// initMoving makes the series of the state mover (transfers, handoff,
+// replication) and returns them for registration.
+func (m *metrics) initMoving() []prometheus.Collector {
 	sent := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "shardlimiter_state_keys_sent_total",
 		Help: "Key states sent to other nodes, by transfer (replica: replication; join, leave: handoff on a membership change).",
@@ -68,7 +96,11 @@ func newMetrics(reg prometheus.Registerer, n *Node, maxRules int) *metrics {
 	})
 	m.handoffIncomplete = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "shardlimiter_handoff_incomplete_total",
-		Help: "Handoffs given up: a pull or push that failed, a check that stopped waiting for its partition's state, a leave whose handoff was not acknowledged before the deadline.",
+		Help: "Handoffs given up, keys decided without the state their old owner held: a pull that failed with no replica to fall back to, a push that failed while other members were left, a check that stopped waiting for its partition's state, a leave whose handoff was not acknowledged before the deadline.",
+	})
+	m.replicaFallbacks = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "shardlimiter_handoff_replica_fallbacks_total",
+		Help: "Pulls whose old owner did not answer (it crashed) and that took the partitions' replica instead, from its holder or held here: the state lags the old owner by at most one replication interval.",
 	})
 	handoffWait := prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "shardlimiter_handoff_wait_seconds",
@@ -90,27 +122,8 @@ func newMetrics(reg prometheus.Registerer, n *Node, maxRules int) *metrics {
 		Name: "shardlimiter_replication_dropped_keys_total",
 		Help: "Changed keys not replicated because their destination's backlog was full.",
 	})
-	m.standin = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "shardlimiter_peer_standin_decisions_total",
-		Help: "Checks decided from a replica because their owner could not be reached.",
-	})
-	m.notOwner = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "shardlimiter_peer_not_owner_total",
-		Help: "Forwarded checks refused because this node does not own their key (the sender routes them again).",
-	})
-	m.redirects = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "shardlimiter_peer_redirects_total",
-		Help: "Checks sent on to the owner another node named after it refused them.",
-	})
-	m.rules = newRuleMetrics(maxRules)
-	if reg == nil {
-		return m
-	}
-	reg.MustRegister(m.rules.collectors()...)
-	reg.MustRegister(fallback, m.ringMembers, m.ringRebuilds, m.swept,
-		tableCollector{n: n}, sent, received, m.transferMalformed, m.handoffIncomplete,
-		handoffWait, round, m.replicationErrors, m.replicationDropped, m.standin, m.notOwner, m.redirects, handoffCollector{n: n})
-	return m
+	return []prometheus.Collector{sent, received, m.transferMalformed, m.handoffIncomplete, m.replicaFallbacks,
+		handoffWait, round, m.replicationErrors, m.replicationDropped}
 }
 
 // tableCollector reports the tables' live keys and evictions at scrape

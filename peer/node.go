@@ -5,8 +5,9 @@
 // # Model
 //
 // Every node holds one table per algorithm (bucket/ and window/), a ring
-// snapshot (ring/) that names each key's owner, and a batching client per
-// peer (transport/). A batch is validated item by item, the clock is read
+// snapshot (ring/) that names each key's owner, and a Link per peer
+// (links.go: over gRPC by default, grpcpeers.go; in memory on a MemNet,
+// memnet.go). A batch is validated item by item, the clock is read
 // once, each item is routed on its unique_key: owned here → decided at once;
 // owned elsewhere → grouped by owner and forwarded in one RPC per owner. The
 // owner decides on its own tables and never forwards again (one hop at
@@ -18,8 +19,9 @@
 //
 // # Concurrency and lifecycle
 //
-// New starts nothing. Run starts gossip, the ring rebuilder and the idle-key
-// sweeper and returns after all of them have stopped. Check and CheckLocal
+// New starts nothing. Run starts gossip, the ring rebuilder, the idle-key
+// sweeper and the state mover's jobs (mover.go: handoff transfers,
+// replication, snapshots) and returns after all of them have stopped. Check and CheckLocal
 // are safe for concurrent use and answer every item, before and after Run.
 // Leave announces departure and re-routes this node's keys to the others;
 // the caller then stops its servers and cancels Run.
@@ -92,8 +94,12 @@ type Config struct {
 	LeaveTimeout time.Duration
 	// Ring configures the ring; every node must use the same.
 	Ring ring.Config
-	// Peer configures the forwarding clients.
+	// Peer configures the gRPC clients to the peers, when Peers is nil.
 	Peer dial.PeerConfig
+	// Peers is how the node reaches the other nodes (links.go); nil means
+	// over gRPC with Peer (grpcpeers.go). A MemNet connects nodes in one
+	// process.
+	Peers Dialer
 	// PeerBackoff is how long forwarding to a peer is suspended after a
 	// forward to it timed out or was refused (its checks go to the fail
 	// policy meanwhile); it doubles on each further failure, up to 20×,
@@ -192,7 +198,7 @@ type Node struct {
 	log      *slog.Logger
 	limiters [7]limiter    // by limit.Algorithm (the gubernator pair share one table: gubernator.go)
 	budget   *table.Budget // nil without Config.MaxMemory
-	dur      *durable      // nil without Config.StateDir
+	mv       *mover        // handoff, replication, snapshots (mover.go)
 	view     atomic.Pointer[view]
 	// rebuildMu serializes rebuilds (the membership watcher and Leave), so
 	// that one which read leaving as false cannot store its ring after
@@ -207,13 +213,10 @@ type Node struct {
 	groups    groupLocks
 	rings     ringsCache // the last answer of Rings
 
-	ho          *handoff
-	jobsMu      sync.Mutex
-	jobs        []job         // transfers planned, not yet started; guarded by jobsMu
-	jobsKick    chan struct{} // cap 1: jobs has work
-	jobsWG      sync.WaitGroup
-	jobsRunning atomic.Int64
-	pushed      []chan struct{} // the pushes of the last rebuild; guarded by rebuildMu
+	// ho holds the handoff marks and the deciding lock (handoff.go): the
+	// check path reads them, the mover changes them.
+	ho     *handoff
+	pushed []chan struct{} // the pushes of the last rebuild; guarded by rebuildMu
 	// clustered: a ring with other members has been seen; guarded by rebuildMu.
 	clustered bool
 	// decidedAlone: a client batch was routed here while the ring held
@@ -221,19 +224,67 @@ type Node struct {
 	decidedAlone atomic.Bool
 
 	// Wake-ups, each cap 1, signalled without blocking, never closed: an
-	// idle node runs no timer of its own (see sweepLoop, replicateLoop).
-	keysWake    chan struct{} // a table went from empty to holding a key
-	changesWake chan struct{} // a table queued a changed key
-	readyWake   chan struct{} // Ready may have changed
+	// idle node runs no timer of its own (see sweepLoop, and the mover's
+	// replicateLoop).
+	keysWake  chan struct{} // a table went from empty to holding a key
+	readyWake chan struct{} // Ready may have changed
 }
 
 // New returns a node. It starts nothing.
 func New(cfg Config) (*Node, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	n := &Node{cfg: cfg, log: cfg.Logger, keysWake: make(chan struct{}, 1), readyWake: make(chan struct{}, 1)}
+	n.m = newMetrics(cfg.Registerer, n, cfg.MetricsMaxRules)
+	n.mv = newMover(cfg, nodeHost{n}, n.log, n.m)
+	tc := table.Config{MaxKeys: cfg.MaxKeys, TrackChanges: cfg.ReplicationInterval > 0,
+		OnFirstKey: func() { wake(n.keysWake) }, OnChange: func() { wake(n.mv.changesWake) }}
+	if cfg.MaxMemory > 0 {
+		n.budget = table.NewBudget(TableBudget(cfg.MaxMemory))
+		tc.Budget = n.budget
+	}
+	gub := gubernator.NewTable(tc)
+	n.limiters = [7]limiter{
+		limit.TokenBucket:           bucket.NewTokenBucket(tc),
+		limit.LeakyBucket:           bucket.NewLeakyBucket(tc),
+		limit.FixedWindow:           window.NewFixed(tc),
+		limit.SlidingWindow:         window.NewSliding(tc),
+		limit.SlidingLog:            window.NewLog(tc),
+		limit.GubernatorTokenBucket: gub,
+		limit.GubernatorLeakyBucket: gub.Leaky(),
+	}
+	n.keyBufs.New = func() any { return &keyBuf{b: make([]byte, 0, 64), tally: ruleTally{rm: n.m.rules}} }
+	n.groups.seed = maphash.MakeSeed()
+	n.peers.dial, n.peers.backoff, n.peers.self = cfg.Peers, cfg.PeerBackoff, cfg.Name
+	if n.peers.dial == nil {
+		n.peers.dial = grpcDialer{cfg.Peer}
+	}
+	n.peers.log = n.log
+	n.peers.standins = cfg.ReplicationInterval > 0
+	// Suspensions measure real time: Config.Now is the clock of decisions,
+	// which tests may hold still.
+	n.peers.now = func() int64 { return time.Now().UnixNano() }
+	self, err := ring.New([]ring.Member{n.selfMember()}, 0, cfg.Ring)
+	if err != nil {
+		return nil, err
+	}
+	n.ho = newHandoff(self.Partitions())
+	if err := n.rebuild([]ring.Member{n.selfMember()}); err != nil {
+		return nil, err
+	}
+	return n, nil
+}
+
+// withDefaults checks cfg and fills in the defaults of the fields left
+// zero.
+func (cfg Config) withDefaults() (Config, error) {
 	if cfg.Name == "" {
-		return nil, errors.New("peer: node name is empty")
+		return cfg, errors.New("peer: node name is empty")
 	}
 	if int(cfg.FailPolicy) >= len(policyNames) {
-		return nil, errors.New("peer: unknown fail policy")
+		return cfg, errors.New("peer: unknown fail policy")
 	}
 	if cfg.SweepInterval <= 0 {
 		cfg.SweepInterval = time.Second
@@ -256,42 +307,7 @@ func New(cfg Config) (*Node, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	n := &Node{cfg: cfg, log: cfg.Logger, jobsKick: make(chan struct{}, 1),
-		keysWake: make(chan struct{}, 1), changesWake: make(chan struct{}, 1), readyWake: make(chan struct{}, 1)}
-	tc := table.Config{MaxKeys: cfg.MaxKeys, TrackChanges: cfg.ReplicationInterval > 0,
-		OnFirstKey: func() { wake(n.keysWake) }, OnChange: func() { wake(n.changesWake) }}
-	n.m = newMetrics(cfg.Registerer, n, cfg.MetricsMaxRules)
-	if cfg.MaxMemory > 0 {
-		n.budget = table.NewBudget(TableBudget(cfg.MaxMemory))
-		tc.Budget = n.budget
-	}
-	gub := gubernator.NewTable(tc)
-	n.limiters = [7]limiter{
-		limit.TokenBucket:           bucket.NewTokenBucket(tc),
-		limit.LeakyBucket:           bucket.NewLeakyBucket(tc),
-		limit.FixedWindow:           window.NewFixed(tc),
-		limit.SlidingWindow:         window.NewSliding(tc),
-		limit.SlidingLog:            window.NewLog(tc),
-		limit.GubernatorTokenBucket: gub,
-		limit.GubernatorLeakyBucket: gub.Leaky(),
-	}
-	n.keyBufs.New = func() any { return &keyBuf{b: make([]byte, 0, 64), tally: ruleTally{rm: n.m.rules}} }
-	n.groups.seed = maphash.MakeSeed()
-	n.peers.cfg, n.peers.backoff, n.peers.self = cfg.Peer, cfg.PeerBackoff, cfg.Name
-	n.peers.log = n.log
-	// Suspensions measure real time: Config.Now is the clock of decisions,
-	// which tests may hold still.
-	n.peers.now = func() int64 { return time.Now().UnixNano() }
-	n.dur = newDurable(cfg)
-	self, err := ring.New([]ring.Member{n.selfMember()}, 0, cfg.Ring)
-	if err != nil {
-		return nil, err
-	}
-	n.ho = newHandoff(self.Partitions())
-	if err := n.rebuild([]ring.Member{n.selfMember()}); err != nil {
-		return nil, err
-	}
-	return n, nil
+	return cfg, nil
 }
 
 func (n *Node) selfMember() ring.Member {
@@ -326,11 +342,7 @@ func (n *Node) Run(ctx context.Context) error {
 		wg.Go(func() { n.watchMembership(ctx, g) })
 	}
 	wg.Go(func() { n.sweepLoop(ctx) })
-	wg.Go(func() { n.handoffLoop(ctx) })
-	wg.Go(func() { n.replicateLoop(ctx) })
-	if n.dur != nil {
-		wg.Go(func() { n.snapshotLoop(ctx) })
-	}
+	wg.Go(func() { n.mv.run(ctx) })
 	var err error
 	select {
 	case <-ctx.Done():
@@ -338,11 +350,9 @@ func (n *Node) Run(ctx context.Context) error {
 	}
 	cancel()
 	wg.Wait()
-	if n.dur != nil {
-		// Last: the handoff of Leave is done and the caller has stopped
-		// its servers, so this holds everything decided here.
-		n.writeSnapshot()
-	}
+	// Last: the handoff of Leave is done and the caller has stopped its
+	// servers, so the last snapshot holds everything decided here.
+	n.mv.finish()
 	n.peers.closeAll()
 	return err
 }
@@ -367,26 +377,11 @@ func (n *Node) watchMembership(ctx context.Context, g Gossip) {
 func (n *Node) rebuild(members []ring.Member) error {
 	n.rebuildMu.Lock()
 	defer n.rebuildMu.Unlock()
-	kept := members[:0:0]
-	for _, m := range members {
-		if n.leaving.Load() && m.Name == n.cfg.Name {
-			continue
-		}
-		kept = append(kept, m)
-	}
-	if len(kept) == 0 {
-		kept = append(kept, n.selfMember())
-	}
-	snap, err := ring.New(kept, n.version.Add(1), n.cfg.Ring)
+	v, err := n.newView(members)
 	if err != nil {
 		return err
 	}
-	v := &view{snap: snap, self: snap.IndexOf(n.cfg.Name)}
-	if v.self >= 0 && snap.Len() > 1 {
-		if v.backup, err = snap.Without(n.cfg.Name); err != nil {
-			return err
-		}
-	}
+	snap := v.snap
 	// The new ring and the handoff marks it implies appear together to
 	// batches, which load both under deciding held for reading. Without
 	// this, a batch that loaded the new ring before its gained partitions
@@ -413,13 +408,13 @@ func (n *Node) rebuild(members []ring.Member) error {
 			// them all the same (restorePushes).
 			restorePush = true
 		}
-		n.pushed = n.planHandoff(from, v)
+		n.pushed = n.mv.planHandoff(from, v)
 	}
 	n.ho.deciding.Unlock()
 	if snap.Len() > 1 {
 		n.clustered = true
-		if n.dur != nil && n.dur.restored.Swap(false) && restorePush {
-			n.restorePushes(v)
+		if n.mv.takeRestored() && restorePush {
+			n.mv.restorePushes(v)
 		}
 	}
 	// Changes are tracked only while there is someone to replicate to.
@@ -428,11 +423,37 @@ func (n *Node) rebuild(members []ring.Member) error {
 		l.TrackChanges(track)
 	}
 	n.peers.retain(snap.Members())
-	n.m.ringMembers.Set(float64(len(kept)))
+	n.m.ringMembers.Set(float64(snap.Len()))
 	n.m.ringRebuilds.Inc()
-	n.log.Info("ring rebuilt", "version", snap.Version(), "members", len(kept))
+	n.log.Info("ring rebuilt", "version", snap.Version(), "members", snap.Len())
 	wake(n.readyWake)
 	return nil
+}
+
+// newView builds the view of a ring of members, with the next version.
+// While leaving, this node is left out, unless it is the only one.
+func (n *Node) newView(members []ring.Member) (*view, error) {
+	kept := members[:0:0]
+	for _, m := range members {
+		if n.leaving.Load() && m.Name == n.cfg.Name {
+			continue
+		}
+		kept = append(kept, m)
+	}
+	if len(kept) == 0 {
+		kept = append(kept, n.selfMember())
+	}
+	snap, err := ring.New(kept, n.version.Add(1), n.cfg.Ring)
+	if err != nil {
+		return nil, err
+	}
+	v := &view{snap: snap, self: snap.IndexOf(n.cfg.Name)}
+	if v.self >= 0 && snap.Len() > 1 {
+		if v.backup, err = snap.Without(n.cfg.Name); err != nil {
+			return nil, err
+		}
+	}
+	return v, nil
 }
 
 // wake signals ch (cap 1) without blocking: a pending signal covers this
@@ -545,7 +566,7 @@ func (n *Node) Leave() error {
 // when a whole cluster is stopped at once.
 func (n *Node) NoteNoneLeft() {
 	n.noneLeft.Do(func() {
-		n.log.Info("leave: no other member left to take the keys; " + strconv.Itoa(n.keyCount()) + " keys dropped")
+		n.log.Info("leave: no other member left to take the keys; "+strconv.Itoa(n.keyCount())+" keys "+n.mv.keptOrDropped(), n.mv.dur.attrs()...)
 	})
 }
 

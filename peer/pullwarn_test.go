@@ -53,7 +53,7 @@ func TestPullFailingAfterLeaveIsNoWarning(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		n.runPull(ctx, job{pull: true, peer: silent, parts: []int{0}, why: limit.Join})
+		n.mv.runPull(ctx, job{pull: true, peer: silent, parts: []int{0}, why: limit.Join})
 	}()
 	poll.Until(t, 10*time.Second, func() bool { return accepted.Load() > 0 }, "the pull reaches the silent peer")
 	n.leaving.Store(true)

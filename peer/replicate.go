@@ -52,11 +52,11 @@ type replicaBacklog map[string][]limit.KeyState
 // stops. No change is missed: the loop takes changesWake before each
 // round drains the tables, so a key queued after that drain signals it
 // again.
-func (n *Node) replicateLoop(ctx context.Context) {
-	if n.cfg.ReplicationInterval <= 0 {
+func (mv *mover) replicateLoop(ctx context.Context) {
+	if mv.cfg.ReplicationInterval <= 0 {
 		return
 	}
-	t := time.NewTicker(n.cfg.ReplicationInterval)
+	t := time.NewTicker(mv.cfg.ReplicationInterval)
 	t.Stop() // started by the first change
 	defer t.Stop()
 	backlog := replicaBacklog{}
@@ -66,9 +66,9 @@ func (n *Node) replicateLoop(ctx context.Context) {
 			select {
 			case <-ctx.Done():
 				return
-			case <-n.changesWake:
+			case <-mv.changesWake:
 			}
-			t.Reset(n.cfg.ReplicationInterval)
+			t.Reset(mv.cfg.ReplicationInterval)
 		}
 		select {
 		case <-ctx.Done():
@@ -76,13 +76,13 @@ func (n *Node) replicateLoop(ctx context.Context) {
 		case <-t.C:
 		}
 		select {
-		case <-n.changesWake:
+		case <-mv.changesWake:
 		default:
 		}
 		start := time.Now()
-		drained, sent := n.replicateOnce(ctx, backlog, spare)
+		drained, sent := mv.replicateOnce(ctx, backlog, spare)
 		if sent > 0 {
-			n.m.replicationRound.Observe(time.Since(start).Seconds())
+			mv.m.replicationRound.Observe(time.Since(start).Seconds())
 		}
 		// A round that drained keys may have left some queued (more than
 		// maxReplicaKeys, whose signal it took): only an empty round and
@@ -100,22 +100,39 @@ func (n *Node) replicateLoop(ctx context.Context) {
 // list of spare, and leaves the lists there emptied for the next round: a
 // list is not referred to once its send returned (a failed one is copied
 // into the backlog).
-func (n *Node) replicateOnce(ctx context.Context, backlog replicaBacklog, spare map[string][]limit.KeyState) (drained, sent int) {
-	v := n.view.Load()
-	now := n.cfg.Now().UnixNano()
-	// A destination's keys, looked up once per key (no map write).
-	type dest struct {
-		m  ring.Member
-		ks []limit.KeyState
+func (mv *mover) replicateOnce(ctx context.Context, backlog replicaBacklog, spare map[string][]limit.KeyState) (drained, sent int) {
+	by, drained := mv.collectReplicas(backlog, spare)
+	sent = mv.sendReplicas(ctx, by, backlog)
+	clear(spare) // destinations gone from the ring
+	for name, d := range by {
+		clear(d.ks) // keep no key or state alive
+		spare[name] = d.ks[:0]
 	}
-	by := map[string]*dest{}
+	return drained, sent
+}
+
+// replicaDest is one destination's keys in a round.
+type replicaDest struct {
+	m  ring.Member
+	ks []limit.KeyState
+}
+
+// collectReplicas takes the backlog of the destinations still on the ring
+// and drains the changed keys of the tables, and returns them by
+// destination (each list built in its destination's list of spare), with
+// how many changed keys it drained.
+func (mv *mover) collectReplicas(backlog replicaBacklog, spare map[string][]limit.KeyState) (by map[string]*replicaDest, drained int) {
+	v := mv.host.ringView()
+	now := mv.cfg.Now().UnixNano()
+	// A destination's keys, looked up once per key (no map write).
+	by = map[string]*replicaDest{}
 	for name, ks := range backlog {
 		if i := v.snap.IndexOf(name); i >= 0 {
-			by[name] = &dest{m: v.snap.Member(i), ks: ks}
+			by[name] = &replicaDest{m: v.snap.Member(i), ks: ks}
 		}
 		delete(backlog, name) // a node no longer on the ring gets nothing more
 	}
-	for a, l := range n.limiters {
+	for a, l := range mv.host.tables() {
 		if v.snap.Len() < 2 {
 			drained += l.Changed(maxReplicaKeys, func(string) {}) // alone: nobody to send to
 			continue
@@ -132,19 +149,26 @@ func (n *Node) replicateOnce(ctx context.Context, backlog replicaBacklog, spare 
 			}
 			d := by[m.Name]
 			if d == nil {
-				d = &dest{m: m, ks: spare[m.Name]}
+				d = &replicaDest{m: m, ks: spare[m.Name]}
 				by[m.Name] = d
 			}
 			d.ks = append(d.ks, limit.KeyState{Algorithm: limit.Algorithm(a), Key: key, State: st})
 		})
 	}
+	return by, drained
+}
+
+// sendReplicas pushes each destination's keys, all in parallel, and puts
+// the keys of a failed or skipped (suspended) destination in the backlog.
+// It returns how many key states it sent, once every send has returned.
+func (mv *mover) sendReplicas(ctx context.Context, by map[string]*replicaDest, backlog replicaBacklog) (sent int) {
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for name, d := range by {
 		ks := d.ks
-		if !n.peers.allowed(d.m) {
+		if !mv.host.reachable(d.m) {
 			mu.Lock() // a send started earlier in this loop may be keeping its own
-			backlog.keep(name, ks, n.m)
+			backlog.keep(name, ks, mv.m)
 			mu.Unlock()
 			continue
 		}
@@ -152,22 +176,17 @@ func (n *Node) replicateOnce(ctx context.Context, backlog replicaBacklog, spare 
 		wg.Go(func() {
 			sctx, cancel := context.WithTimeout(ctx, replicaSendTimeout)
 			defer cancel()
-			if err := n.pushTo(sctx, d.m, limit.Replica, nil, ks); err != nil {
-				n.m.replicationErrors.Inc()
-				n.log.Debug("replication failed", "to", name, "keys", len(ks), "err", err)
+			if err := mv.pushTo(sctx, d.m, limit.Replica, nil, ks); err != nil {
+				mv.m.replicationErrors.Inc()
+				mv.log.Debug("replication failed", "to", name, "keys", len(ks), "err", err)
 				mu.Lock()
-				backlog.keep(name, ks, n.m)
+				backlog.keep(name, ks, mv.m)
 				mu.Unlock()
 			}
 		})
 	}
 	wg.Wait()
-	clear(spare) // destinations gone from the ring
-	for name, d := range by {
-		clear(d.ks) // keep no key or state alive
-		spare[name] = d.ks[:0]
-	}
-	return drained, sent
+	return sent
 }
 
 // keep puts ks back for dest's next round, keeping the newest

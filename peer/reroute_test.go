@@ -7,7 +7,6 @@ import (
 
 	"github.com/shardlimiter/shardlimiter/limit"
 	"github.com/shardlimiter/shardlimiter/ring"
-	"github.com/shardlimiter/shardlimiter/transport/dial"
 )
 
 // TestForwardToAClosedClientIsRoutedAgain: a forward whose owner's client
@@ -31,13 +30,13 @@ func TestForwardToAClosedClientIsRoutedAgain(t *testing.T) {
 	c.waitConverged()
 
 	// The forward that was under way when the client closed.
-	pc, err := dial.NewPeerClient(leaving.addr, dial.PeerConfig{})
+	link, err := grpcDialer{}.Dial(entry.name, leaving.addr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	pc.Close()
+	link.Close()
 	entry.node.peers.mu.Lock()
-	entry.node.peers.clients[gone.Name] = &peerClient{addr: peerAddr(gone), c: pc, down: newSuspension(time.Second)}
+	entry.node.peers.clients[gone.Name] = &peerClient{addr: peerAddr(gone), link: link, down: newSuspension(time.Second)}
 	entry.node.peers.mu.Unlock()
 	res := make([]limit.Result, 1)
 	entry.node.forward(context.Background(), gone, []limit.Check{check}, []int{0}, res, false, 0)

@@ -88,7 +88,7 @@ func (n *Node) Rings(ctx context.Context) RingsInfo {
 		}
 		wg.Go(func() {
 			views[i] = RingView{Node: m.Name}
-			sc, err := n.peers.state(m)
+			sc, err := n.peers.link(m)
 			if err == nil {
 				ctx, cancel := context.WithTimeout(ctx, ringsTimeout)
 				defer cancel()

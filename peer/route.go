@@ -247,8 +247,13 @@ func waitAll(ctx context.Context, chans []chan struct{}, d time.Duration) int {
 // could not be reached, and this node holds the keys' replicas) is decided
 // here whoever owns the keys. Nothing is ever forwarded again from here.
 func (n *Node) CheckLocal(ctx context.Context, checks []limit.Check) ([]limit.Result, error) {
+	return n.checkLocal(ctx, checks, transport.IsStandin(ctx))
+}
+
+// checkLocal is CheckLocal with the stand-in mark given: the links of a
+// MemNet call it directly.
+func (n *Node) checkLocal(ctx context.Context, checks []limit.Check, standin bool) ([]limit.Result, error) {
 	res := make([]limit.Result, len(checks))
-	standin := transport.IsStandin(ctx)
 	kb := n.keyBufs.Get().(*keyBuf)
 	defer n.putKeyBuf(kb)
 	if standin {
@@ -271,25 +276,15 @@ func (n *Node) CheckLocal(ctx context.Context, checks []limit.Check) ([]limit.Re
 			n.m.standin.Add(float64(end - i))
 			continue
 		}
-		o := v.snap.OwnerIndex(c.Key)
-		owner := ""
-		if marked {
-			if self, to, pushed := n.markedRoute(v, c.Key); self {
-				n.decideRun(kb, checks[i:end], res[i:end], now)
-				continue
-			} else if to.Name != "" {
-				owner = to.Name
-				if pushed != nil && !slices.Contains(waits, pushed) {
-					waits = append(waits, pushed)
-				}
-			}
-		}
-		if owner == "" && o == v.self {
+		owner, pushed, moved := n.forwardedOwner(v, c.Key, marked)
+		if owner == "" {
 			n.decideRun(kb, checks[i:end], res[i:end], now)
 			continue
 		}
-		if owner == "" {
-			owner = v.snap.Member(o).Name
+		if pushed != nil && !slices.Contains(waits, pushed) {
+			waits = append(waits, pushed)
+		}
+		if !moved {
 			n.m.notOwner.Add(float64(end - i))
 		}
 		for j := i; j < end; j++ {
@@ -307,6 +302,24 @@ func (n *Node) CheckLocal(ctx context.Context, checks []limit.Check) ([]limit.Re
 	// push.
 	waitAll(ctx, waits, handoffWait)
 	return res, nil
+}
+
+// forwardedOwner routes a forwarded check of key by the ring v and, when
+// marked, the handoff marks: owner is "" when this node decides it, else
+// the node to name as its owner; moved when that is where this node moved
+// the key's partition, with pushed, closed once that push was answered.
+func (n *Node) forwardedOwner(v *view, key string, marked bool) (owner string, pushed chan struct{}, moved bool) {
+	if marked {
+		if self, to, pushed := n.markedRoute(v, key); self {
+			return "", nil, false
+		} else if to.Name != "" {
+			return to.Name, pushed, true
+		}
+	}
+	if o := v.snap.OwnerIndex(key); o != v.self {
+		return v.snap.Member(o).Name, nil, false
+	}
+	return "", nil, false
 }
 
 // validRun validates the check at i, or the group it starts (see
@@ -504,7 +517,7 @@ func (n *Node) redirect(ctx context.Context, prev ring.Member, items []routed, c
 	}
 	n.m.redirects.Add(float64(len(items)))
 	if len(here) > 0 {
-		n.takeOver(ctx, prev, checks, here)
+		n.mv.takeOver(ctx, prev, checks, here)
 		n.decideHere(ctx, checks, here, res)
 	}
 	n.forwardAll(ctx, groups, checks, res, false, hops)

@@ -1,12 +1,9 @@
 package peer
 
 import (
-	"maps"
-	"sync"
-	"sync/atomic"
-
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/shardlimiter/shardlimiter/internal/cowmap"
 	"github.com/shardlimiter/shardlimiter/limit"
 )
 
@@ -18,9 +15,9 @@ import (
 // key never becomes a label.
 //
 // The counters of a name are bound once, when the name is first seen, and
-// published in a copy-on-write map behind an atomic pointer, so lookups
-// take no lock. Only a new name (at most MetricsMaxRules times in the
-// node's life) takes the mutex and copies the map. A batch sums its checks
+// published in a copy-on-write map (internal/cowmap), so lookups take no
+// lock. Only a new name (at most MetricsMaxRules times in the node's life)
+// takes its mutex and copies the map. A batch sums its checks
 // in a ruleTally and adds to the counters once per run of checks of one
 // name: a batch of one rule costs one lookup and a few atomic adds,
 // whatever its size (BenchmarkRuleMetricsRecord).
@@ -56,9 +53,7 @@ type ruleCounters struct {
 
 // ruleMetrics are the per-rule series of a node. Safe for concurrent use.
 type ruleMetrics struct {
-	max    int
-	names  atomic.Pointer[map[string]*ruleCounters]
-	mu     sync.Mutex // serializes additions to names
+	names  *cowmap.Map[string, *ruleCounters] // at most max names
 	other  *ruleCounters
 	folded prometheus.Counter
 	checks *prometheus.CounterVec
@@ -70,7 +65,7 @@ func newRuleMetrics(max int) *ruleMetrics {
 	if max <= 0 {
 		max = DefaultMetricsMaxRules
 	}
-	rm := &ruleMetrics{max: max}
+	rm := &ruleMetrics{names: cowmap.New[string, *ruleCounters](max)}
 	rm.checks = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "shardlimiter_rule_checks_total",
 		Help: "Checks decided on this node (the owner), by rule name (the first --metrics-max-rules names; the rest under \"other\") and outcome: under (admitted, 20% or more of the limit left), near (admitted, less left), over (refused), peek (hits 0).",
@@ -86,10 +81,8 @@ func newRuleMetrics(max int) *ruleMetrics {
 	rm.count = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "shardlimiter_rule_names",
 		Help: "Rule names with series of their own (at most --metrics-max-rules).",
-	}, func() float64 { return float64(len(*rm.names.Load())) })
+	}, func() float64 { return float64(rm.names.Len()) })
 	rm.other = rm.bind(OtherRule)
-	empty := map[string]*ruleCounters{}
-	rm.names.Store(&empty)
 	return rm
 }
 
@@ -106,33 +99,18 @@ func (rm *ruleMetrics) bind(name string) *ruleCounters {
 }
 
 // lookup returns the counters of name, binding them when name is new and
-// the cap allows, else the counters of OtherRule.
+// the cap allows, else the counters of OtherRule. A caller's own "other"
+// shares the folded names' series.
 func (rm *ruleMetrics) lookup(name string) *ruleCounters {
-	m := *rm.names.Load()
-	if rc, ok := m[name]; ok {
-		return rc
-	}
-	if len(m) >= rm.max {
+	rc, ok := rm.names.LoadOrAdd(name, func() (*ruleCounters, bool) {
+		if name == OtherRule {
+			return nil, false
+		}
+		return rm.bind(name), true
+	})
+	if !ok {
 		return rm.other
 	}
-	return rm.add(name)
-}
-
-// add binds name's counters and publishes a copy of the map holding them.
-func (rm *ruleMetrics) add(name string) *ruleCounters {
-	rm.mu.Lock()
-	defer rm.mu.Unlock()
-	m := *rm.names.Load()
-	if rc, ok := m[name]; ok {
-		return rc
-	}
-	if len(m) >= rm.max || name == OtherRule {
-		return rm.other // a caller's own "other" shares the folded names' series
-	}
-	rc := rm.bind(name)
-	next := maps.Clone(m)
-	next[name] = rc
-	rm.names.Store(&next)
 	return rc
 }
 

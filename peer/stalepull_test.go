@@ -35,9 +35,9 @@ func TestPullMarksOnlyWhatThePullerOwns(t *testing.T) {
 		if err := n.rebuild(members); err != nil {
 			t.Fatal(err)
 		}
-		n.jobsMu.Lock()
-		n.jobs = nil
-		n.jobsMu.Unlock()
+		n.mv.jobsMu.Lock()
+		n.mv.jobs = nil
+		n.mv.jobsMu.Unlock()
 		parts := make([]int, full.Partitions())
 		for p := range parts {
 			parts[p] = p

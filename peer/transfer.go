@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/shardlimiter/shardlimiter/limit"
@@ -42,9 +43,12 @@ const transferRetries = 3
 type job struct {
 	pull         bool
 	peer, backup ring.Member // pull: from peer, else from backup; push: to peer
-	parts        []int
-	why          limit.Transfer
-	pushed       chan struct{} // push: closed when answered
+	// replicaHere: pull: the replica of parts is held by this node (its
+	// old owner replicated to it), so a failed pull falls back to it.
+	replicaHere bool
+	parts       []int
+	why         limit.Transfer
+	pushed      chan struct{} // push: closed when answered
 	// keysOnly: a push of keys held here that hands over no partition
 	// (restorePushes): the receiver merges them and marks nothing.
 	keysOnly bool
@@ -54,87 +58,91 @@ type job struct {
 // queues the transfers (see handoff.go). It runs under rebuildMu, once per
 // rebuild, after cur is stored. It returns the channels closed once each
 // push has been answered.
-func (n *Node) planHandoff(old, cur *view) []chan struct{} {
-	self := n.cfg.Name
-	why := limit.Join
+func (mv *mover) planHandoff(old, cur *view) []chan struct{} {
+	pl := handoffPlan{old: old, why: limit.Join,
+		pulls: map[string]*job{}, pushes: map[string]*job{}, withouts: map[string]*ring.Snapshot{}}
 	if cur.snap.Len() < old.snap.Len() {
-		why = limit.Leave
+		pl.why = limit.Leave
 	}
-	pulls := map[string]*job{}
-	pushes := map[string]*job{}
-	withouts := map[string]*ring.Snapshot{}
-	leaving := n.leaving.Load()
-	h := n.ho
+	leaving := mv.host.leaving()
+	h := mv.host.marks()
 	h.mu.Lock()
 	for p := range h.kinds {
 		was := old.snap.Member(old.snap.PartitionOwner(p))
 		now := cur.snap.Member(cur.snap.PartitionOwner(p))
-		kind, d := h.kinds[p].Load(), h.parts[p]
-		if now.Name == self && leaving {
+		switch {
+		case now.Name == mv.cfg.Name && leaving:
 			// A leaving node is on its ring again only when every other
 			// member has gone too: it takes nothing over (the others are
 			// leaving as well, and their pulls would only time out), and
 			// decides from what it holds until it exits.
-			if kind == partMoved || kind == partReceived {
+			if kind := h.kinds[p].Load(); kind == partMoved || kind == partReceived {
 				h.setLocked(p, partNormal, partDetail{})
 			}
-			continue
+		case now.Name == mv.cfg.Name:
+			mv.planOwnLocked(h, &pl, p, was)
+		default:
+			mv.planOthersLocked(h, &pl, p, was, now)
 		}
-		if now.Name == self {
-			switch {
-			case kind == partMoved:
-				h.setLocked(p, partIncoming, partDetail{from: d.to, done: make(chan struct{}), why: why})
-			case kind == partIncoming:
-				// Still on its way from where the last change said.
-			case was.Name != self:
-				// Gained: take its state from the old owner, even when some
-				// of it was received already (merging is idempotent, and
-				// the old owner may have decided more since).
-				backup := n.backupOf(old.snap, was.Name, p, withouts)
-				h.setLocked(p, partIncoming, partDetail{from: was, backup: backup, done: make(chan struct{}), why: why})
-			case kind == partReceived:
-				h.setLocked(p, partNormal, partDetail{})
-			default:
-				continue
-			}
-			if kind := h.kinds[p].Load(); kind == partIncoming {
-				d := h.parts[p]
-				addPart(pulls, d.from.Name+"\x00"+d.backup.Name, job{pull: true, peer: d.from, backup: d.backup, why: why}, p)
-			}
-			continue
-		}
-		switch {
-		case kind == partReceived, kind == partNormal && was.Name == self:
-			j := addPart(pushes, now.Name, job{peer: now, why: why, pushed: make(chan struct{})}, p)
-			h.setLocked(p, partMoved, partDetail{to: now, pushed: j.pushed, why: why})
-		case kind == partMoved:
-			// The ring agrees now, or the node we moved it to hands it on by
-			// its own ring.
-			h.setLocked(p, partNormal, partDetail{})
-		}
-		// An incoming partition lost before its state arrived stays
-		// incoming: the pull under way passes it on (runPull), and a pull
-		// from its new owner waits for it (Pull).
 	}
 	h.mu.Unlock()
-	var pushed []chan struct{}
-	n.jobsMu.Lock()
-	for _, j := range pulls {
-		n.jobs = append(n.jobs, *j)
+	if len(pl.pulls)+len(pl.pushes) == 0 {
+		return nil
 	}
-	for _, j := range pushes {
-		n.jobs = append(n.jobs, *j)
-		pushed = append(pushed, j.pushed)
+	mv.log.Info("handoff planned", "ring_version", cur.snap.Version(), "pulls", len(pl.pulls), "pushes", len(pl.pushes), "transfer", pl.why.String(), "leaving", leaving)
+	return mv.queue(pl.pulls, pl.pushes)
+}
+
+// handoffPlan is what planHandoff gathers over the partitions.
+type handoffPlan struct {
+	old           *view
+	why           limit.Transfer
+	pulls, pushes map[string]*job           // by source (pulls) and destination (pushes)
+	withouts      map[string]*ring.Snapshot // old without a member, built on demand (backupOf)
+}
+
+// planOwnLocked marks partition p, which the new ring gives this node
+// (was, its owner in the old ring), and plans its pull. h.mu is held.
+func (mv *mover) planOwnLocked(h *handoff, pl *handoffPlan, p int, was ring.Member) {
+	kind, d := h.kinds[p].Load(), h.parts[p]
+	switch {
+	case kind == partMoved:
+		h.setLocked(p, partIncoming, partDetail{from: d.to, done: make(chan struct{}), why: pl.why})
+	case kind == partIncoming:
+		// Still on its way from where the last change said.
+	case was.Name != mv.cfg.Name:
+		// Gained: take its state from the old owner, even when some
+		// of it was received already (merging is idempotent, and
+		// the old owner may have decided more since).
+		backup, here := mv.backupOf(pl.old.snap, was.Name, p, pl.withouts)
+		h.setLocked(p, partIncoming, partDetail{from: was, backup: backup, replicaHere: here, done: make(chan struct{}), why: pl.why})
+	case kind == partReceived:
+		h.setLocked(p, partNormal, partDetail{})
+	default:
+		return
 	}
-	n.jobsMu.Unlock()
-	if len(pulls)+len(pushes) > 0 {
-		select {
-		case n.jobsKick <- struct{}{}:
-		default:
-		}
-		n.log.Info("handoff planned", "ring_version", cur.snap.Version(), "pulls", len(pulls), "pushes", len(pushes), "transfer", why.String(), "leaving", leaving)
+	if kind := h.kinds[p].Load(); kind == partIncoming {
+		d := h.parts[p]
+		key := d.from.Name + "\x00" + d.backup.Name + "\x00" + strconv.FormatBool(d.replicaHere)
+		addPart(pl.pulls, key, job{pull: true, peer: d.from, backup: d.backup, replicaHere: d.replicaHere, why: pl.why}, p)
 	}
-	return pushed
+}
+
+// planOthersLocked marks partition p, which the new ring gives now, another
+// node (was, its owner in the old ring), and plans its push. h.mu is held.
+func (mv *mover) planOthersLocked(h *handoff, pl *handoffPlan, p int, was, now ring.Member) {
+	switch kind := h.kinds[p].Load(); {
+	case kind == partReceived, kind == partNormal && was.Name == mv.cfg.Name:
+		j := addPart(pl.pushes, now.Name, job{peer: now, why: pl.why, pushed: make(chan struct{})}, p)
+		h.setLocked(p, partMoved, partDetail{to: now, pushed: j.pushed, why: pl.why})
+	case kind == partMoved:
+		// The ring agrees now, or the node we moved it to hands it on by
+		// its own ring.
+		h.setLocked(p, partNormal, partDetail{})
+	}
+	// An incoming partition lost before its state arrived stays
+	// incoming: the pull under way passes it on (runPull), and a pull
+	// from its new owner waits for it (Pull).
 }
 
 func addPart(jobs map[string]*job, key string, j job, p int) *job {
@@ -146,49 +154,52 @@ func addPart(jobs map[string]*job, key string, j job, p int) *job {
 }
 
 // backupOf returns the member that held the replica of partition p while
-// owner owned it (the owner of p once owner is gone), or a zero Member when
-// that is this node (it has the replica already) or there is none.
-func (n *Node) backupOf(old *ring.Snapshot, owner string, p int, cache map[string]*ring.Snapshot) ring.Member {
+// owner owned it (the owner of p once owner is gone). It returns a zero
+// Member when there is none, or when that is this node: then here is true
+// (it has the replica already).
+func (mv *mover) backupOf(old *ring.Snapshot, owner string, p int, cache map[string]*ring.Snapshot) (m ring.Member, here bool) {
 	if old.Len() < 2 {
-		return ring.Member{}
+		return ring.Member{}, false
 	}
 	w := cache[owner]
 	if w == nil {
 		var err error
 		if w, err = old.Without(owner); err != nil {
-			return ring.Member{}
+			return ring.Member{}, false
 		}
 		cache[owner] = w
 	}
-	m := w.Member(w.PartitionOwner(p))
-	if m.Name == n.cfg.Name {
-		return ring.Member{}
+	m = w.Member(w.PartitionOwner(p))
+	if m.Name == mv.cfg.Name {
+		return ring.Member{}, true
 	}
-	return m
+	return m, false
 }
 
 // handoffLoop runs the queued transfers, each in its own goroutine, until
 // ctx is done; it returns once they have all returned.
-func (n *Node) handoffLoop(ctx context.Context) {
-	defer n.jobsWG.Wait()
+func (mv *mover) handoffLoop(ctx context.Context) {
+	defer mv.jobsWG.Wait()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-n.jobsKick:
+		case <-mv.jobsKick:
 		}
-		n.jobsMu.Lock()
-		jobs := n.jobs
-		n.jobs = nil
-		n.jobsMu.Unlock()
+		mv.jobsMu.Lock()
+		jobs := mv.jobs
+		mv.jobs = nil
+		// Counted running as they leave the queue, under jobsMu: a job is
+		// always queued or running to handoffIdle.
+		mv.jobsRunning.Add(int64(len(jobs)))
+		mv.jobsMu.Unlock()
 		for _, j := range jobs {
-			n.jobsRunning.Add(1)
-			n.jobsWG.Go(func() {
-				defer n.jobsRunning.Add(-1)
+			mv.jobsWG.Go(func() {
+				defer mv.jobsRunning.Add(-1)
 				if j.pull {
-					n.runPull(ctx, j)
+					mv.runPull(ctx, j)
 				} else {
-					n.runPush(ctx, j)
+					mv.runPush(ctx, j)
 				}
 			})
 		}
@@ -200,29 +211,29 @@ func (n *Node) handoffLoop(ctx context.Context) {
 // node's (prev's ring is ahead, and it is handing them over): it pulls them
 // from prev, merges them and marks them received, so they are decided here
 // on their state until this node's ring agrees.
-func (n *Node) takeOver(ctx context.Context, prev ring.Member, checks []limit.Check, idx []int) {
-	v := n.view.Load()
+func (mv *mover) takeOver(ctx context.Context, prev ring.Member, checks []limit.Check, idx []int) {
+	v := mv.host.ringView()
 	var parts []int
 	for _, i := range idx {
 		p := v.snap.PartitionOf(checks[i].Key)
-		if n.ho.kind(p) != partReceived && v.snap.PartitionOwner(p) != v.self && !slices.Contains(parts, p) {
+		if mv.host.marks().kind(p) != partReceived && v.snap.PartitionOwner(p) != v.self && !slices.Contains(parts, p) {
 			parts = append(parts, p)
 		}
 	}
 	if len(parts) == 0 {
 		return
 	}
-	keys, err := n.pullFrom(ctx, prev, parts)
+	keys, err := mv.pullFrom(ctx, prev, parts)
 	if err != nil {
-		n.m.handoffIncomplete.Inc()
-		n.log.Warn("handoff: taking over partitions failed; deciding from the state held here", "from", prev.Name, "partitions", len(parts), "err", err)
+		mv.m.handoffIncomplete.Inc()
+		mv.log.Warn("handoff: taking over partitions failed; deciding from the state held here", "from", prev.Name, "partitions", len(parts), "err", err)
 		return
 	}
-	n.importKeys(keys, limit.Leave)
-	h := n.ho
+	mv.importKeys(keys, limit.Leave)
+	h := mv.host.marks()
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	v = n.view.Load()
+	v = mv.host.ringView()
 	for _, p := range parts {
 		k := h.kinds[p].Load()
 		if (k == partNormal || k == partMoved && h.parts[p].to.Name == prev.Name) && v.snap.PartitionOwner(p) != v.self {
@@ -232,53 +243,101 @@ func (n *Node) takeOver(ctx context.Context, prev ring.Member, checks []limit.Ch
 }
 
 // handoffIdle reports whether no transfer is queued or running and no
-// partition awaits its state.
-func (n *Node) handoffIdle() bool {
-	n.jobsMu.Lock()
-	queued := len(n.jobs)
-	n.jobsMu.Unlock()
-	return queued == 0 && n.jobsRunning.Load() == 0 && n.ho.counts()["incoming"] == 0
+// partition awaits its state. It reads them with deciding held for
+// reading, as a batch does: a rebuild stores its ring and plans the
+// transfers it implies with deciding held for writing, so a caller that
+// has seen the new ring never sees it before its transfers (without this,
+// a test that waited for the new ring and then for an idle handoff could
+// find both between the two, and read the handoff's counters before it
+// ran).
+func (mv *mover) handoffIdle() bool {
+	h := mv.host.marks()
+	h.deciding.RLock()
+	defer h.deciding.RUnlock()
+	mv.jobsMu.Lock()
+	queued := len(mv.jobs)
+	mv.jobsMu.Unlock()
+	return queued == 0 && mv.jobsRunning.Load() == 0 && h.counts()["incoming"] == 0
 }
 
 // runPull takes the state of j.parts from j.peer (or, failing that, from
-// j.backup), merges it here and settles the partitions. A partition that
-// is no longer this node's by now (the ring moved on while the pull was
-// under way, or another node took it) is passed on to where it is.
-func (n *Node) runPull(ctx context.Context, j job) {
-	defer n.ho.settle(j.parts)
+// their replica), merges it here and settles the partitions. A partition
+// that is no longer this node's by now (the ring moved on while the pull
+// was under way, or another node took it) is passed on to where it is.
+//
+// A pull that falls back to the replica is not a lost handoff, and is
+// counted apart from one (replicaFallbacks, not handoffIncomplete), logged
+// at info: it is what a crash of the old owner looks like. "The replica"
+// means, honestly, this much: replication is on, and the replica holder
+// of the old ring (the owner of the partitions in that ring without the
+// old owner) answered the pull, or is this node. What it holds is what
+// the old owner replicated to it, which lags the old owner by at most
+// one --replication-interval, plus the keys of a round the old owner
+// could not send (counted on the old owner in
+// shardlimiter_replication_errors_total and _dropped_keys_total, each
+// with an alert of its own). It is not checked key by key: a key the old
+// owner last changed before a membership change made this holder its
+// replica holder was never sent to it (replication sends changed keys) —
+// docs/OPERATIONS.md, ShardlimiterHandoffIncomplete, says so. Without
+// replication there is no replica to fall back to: the replica holder
+// holds nothing of the old owner's, and the pull is incomplete.
+func (mv *mover) runPull(ctx context.Context, j job) {
+	defer mv.host.marks().settle(j.parts)
 	// A node that is leaving decides little more, and the node it pulls
 	// from is most likely stopping too (a whole cluster stopped while a
 	// join's pulls were under way): its failed pulls are no warning. It
 	// may have begun to leave while the pull was under way, so this is
 	// asked when a pull fails, not when it starts.
 	warn := func(msg string, args ...any) {
-		if n.leaving.Load() {
-			n.log.Debug(msg, args...)
+		if mv.host.leaving() {
+			mv.log.Debug(msg, args...)
 		} else {
-			n.log.Warn(msg, args...)
+			mv.log.Warn(msg, args...)
 		}
 	}
-	keys, err := n.pullFrom(ctx, j.peer, j.parts)
-	if err != nil && j.backup.Name != "" {
-		warn("handoff: pull failed, trying the replica", "from", j.peer.Name, "replica", j.backup.Name, "partitions", len(j.parts), "err", err)
-		keys, err = n.pullFrom(ctx, j.backup, j.parts)
+	keys, err := mv.pullFrom(ctx, j.peer, j.parts)
+	if err == nil {
+		mv.importKeys(keys, j.why)
+		mv.passOn(ctx, j.parts, j.why)
+		return
 	}
-	if err != nil {
-		n.m.handoffIncomplete.Inc()
-		warn("handoff: pull failed; deciding from the state held here", "from", j.peer.Name, "partitions", len(j.parts), "err", err)
-	} else {
-		n.importKeys(keys, j.why)
+	replicated := mv.cfg.ReplicationInterval > 0
+	switch {
+	case replicated && j.replicaHere:
+		mv.m.replicaFallbacks.Inc()
+		mv.log.Info("handoff: old owner did not answer; deciding from its replica held here (at most one replication interval behind)",
+			"from", j.peer.Name, "partitions", len(j.parts), "replication_interval", mv.cfg.ReplicationInterval, "err", err)
+	case replicated && j.backup.Name != "":
+		mv.log.Debug("handoff: pull failed, trying the replica", "from", j.peer.Name, "replica", j.backup.Name, "partitions", len(j.parts), "err", err)
+		var rerr error
+		if keys, rerr = mv.pullFrom(ctx, j.backup, j.parts); rerr == nil {
+			mv.m.replicaFallbacks.Inc()
+			mv.log.Info("handoff: old owner did not answer; took its replica from the replica holder (at most one replication interval behind)",
+				"from", j.peer.Name, "replica", j.backup.Name, "partitions", len(j.parts), "keys", len(keys), "replication_interval", mv.cfg.ReplicationInterval, "err", err)
+			mv.importKeys(keys, j.why)
+			break
+		}
+		mv.m.handoffIncomplete.Inc()
+		warn("handoff: pull failed, and from the replica holder too; deciding from the state held here",
+			"from", j.peer.Name, "replica", j.backup.Name, "partitions", len(j.parts), "err", err, "replica_err", rerr)
+	default:
+		mv.m.handoffIncomplete.Inc()
+		why := "no replica (replication is off)"
+		if replicated {
+			why = "no replica holder"
+		}
+		warn("handoff: pull failed; deciding from the state held here", "from", j.peer.Name, "partitions", len(j.parts), "replica", why, "err", err)
 	}
-	n.passOn(ctx, j.parts, j.why)
+	mv.passOn(ctx, j.parts, j.why)
 }
 
 // passOn pushes the partitions among parts that were incoming here but are
 // now another node's, by the ring or by a move, to that node.
-func (n *Node) passOn(ctx context.Context, parts []int, why limit.Transfer) {
+func (mv *mover) passOn(ctx context.Context, parts []int, why limit.Transfer) {
 	jobs := map[string]*job{}
-	h := n.ho
+	h := mv.host.marks()
 	h.mu.Lock()
-	v := n.view.Load()
+	v := mv.host.ringView()
 	for _, p := range parts {
 		var to ring.Member
 		switch h.kinds[p].Load() {
@@ -297,36 +356,36 @@ func (n *Node) passOn(ctx context.Context, parts []int, why limit.Transfer) {
 	}
 	h.mu.Unlock()
 	for _, j := range jobs {
-		n.runPush(ctx, *j)
+		mv.runPush(ctx, *j)
 	}
 }
 
 // pullFrom pulls parts from m. A node that restarted meanwhile has a new
 // address, and the client for the old one is closed by the rebuild that
 // saw it: the pull is tried once more at the address known now.
-func (n *Node) pullFrom(ctx context.Context, m ring.Member, parts []int) ([]limit.KeyState, error) {
-	keys, err := n.pullOnce(ctx, m, parts)
+func (mv *mover) pullFrom(ctx context.Context, m ring.Member, parts []int) ([]limit.KeyState, error) {
+	keys, err := mv.pullOnce(ctx, m, parts)
 	if err == nil || ctx.Err() != nil {
 		return keys, err
 	}
 	if errors.Is(err, transport.ErrTimeout) || errors.Is(err, errSuspended) {
 		return nil, err // it would time out again
 	}
-	if now := n.member(m.Name); peerAddr(now) != "" {
+	if now := mv.host.member(m.Name); peerAddr(now) != "" {
 		m = now
 	}
-	return n.pullOnce(ctx, m, parts)
+	return mv.pullOnce(ctx, m, parts)
 }
 
-func (n *Node) pullOnce(ctx context.Context, m ring.Member, parts []int) ([]limit.KeyState, error) {
-	if !n.peers.allowed(m) {
+func (mv *mover) pullOnce(ctx context.Context, m ring.Member, parts []int) ([]limit.KeyState, error) {
+	if !mv.host.reachable(m) {
 		return nil, errSuspended
 	}
-	sc, err := n.peers.state(m)
+	sc, err := mv.host.link(m)
 	if err != nil {
 		return nil, err
 	}
-	if !n.isMember(m.Name) {
+	if !mv.isMember(m.Name) {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, pullTimeoutGone)
 		defer cancel()
@@ -335,7 +394,7 @@ func (n *Node) pullOnce(ctx context.Context, m ring.Member, parts []int) ([]limi
 	for len(parts) > 0 {
 		chunk := parts[:min(len(parts), maxPullPartitions)]
 		parts = parts[len(chunk):]
-		keys, err := sc.Pull(ctx, fingerprint(n.view.Load().snap.Members()), chunk)
+		keys, err := sc.Pull(ctx, fingerprint(mv.host.ringView().snap.Members()), chunk)
 		if err != nil {
 			return nil, err
 		}
@@ -347,10 +406,10 @@ func (n *Node) pullOnce(ctx context.Context, m ring.Member, parts []int) ([]limi
 // runPush hands j.parts to j.peer. The partitions are already marked moved,
 // so no new decision is made on them here; the batches deciding under the
 // old marks are waited for before the keys are exported.
-func (n *Node) runPush(ctx context.Context, j job) {
-	defer n.pushDone(j)
-	n.ho.drain()
-	keys := n.exportPartitions(j.parts)
+func (mv *mover) runPush(ctx context.Context, j job) {
+	defer mv.pushDone(j)
+	mv.host.marks().drain()
+	keys := mv.exportPartitions(j.parts)
 	parts := j.parts
 	if j.keysOnly {
 		if len(keys) == 0 {
@@ -360,29 +419,37 @@ func (n *Node) runPush(ctx context.Context, j job) {
 	}
 	var err error
 	for try := range transferRetries {
-		if err = n.pushTo(ctx, j.peer, j.why, parts, keys); err == nil || ctx.Err() != nil {
+		if err = mv.pushTo(ctx, j.peer, j.why, parts, keys); err == nil || ctx.Err() != nil {
 			break
 		}
-		n.log.Debug("handoff: push failed, retrying", "to", j.peer.Name, "try", try+1, "err", err)
+		mv.log.Debug("handoff: push failed, retrying", "to", j.peer.Name, "try", try+1, "err", err)
 		if !waitShed(ctx, err) {
 			break
 		}
 	}
 	if err != nil {
-		n.m.handoffIncomplete.Inc()
-		n.log.Warn("handoff: push failed", "to", j.peer.Name, "partitions", len(j.parts), "keys", len(keys), "err", err)
+		if mv.host.leaving() && !mv.host.othersAlive() {
+			// A whole cluster stopping: the receiver has gone too, and no
+			// member is left to decide these keys; nothing is decided
+			// without them meanwhile. Leave (NoteNoneLeft) says what
+			// becomes of them: kept in the snapshot, or dropped.
+			mv.log.Info("handoff: push failed; no other member is left to take the keys, "+mv.keptOrDropped(), "to", j.peer.Name, "partitions", len(j.parts), "keys", len(keys), "err", err)
+			return
+		}
+		mv.m.handoffIncomplete.Inc()
+		mv.log.Warn("handoff: push failed", "to", j.peer.Name, "partitions", len(j.parts), "keys", len(keys), "err", err)
 		return
 	}
-	n.log.Debug("handoff: pushed", "to", j.peer.Name, "partitions", len(j.parts), "keys", len(keys))
+	mv.log.Debug("handoff: pushed", "to", j.peer.Name, "partitions", len(j.parts), "keys", len(keys))
 }
 
 // pushDone closes j.pushed and ends the moved marks of j's partitions that
 // the ring gives to where they went: routing by ring is the same from now
 // on, and the receiver holds the state.
-func (n *Node) pushDone(j job) {
+func (mv *mover) pushDone(j job) {
 	close(j.pushed)
-	v := n.view.Load()
-	h := n.ho
+	v := mv.host.ringView()
+	h := mv.host.marks()
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, p := range j.parts {
@@ -395,8 +462,8 @@ func (n *Node) pushDone(j job) {
 // pushTo sends keys to m in calls of at most maxTransferKeys; parts go with
 // the last call, so the receiver learns a partition is complete only once
 // all of its keys are there.
-func (n *Node) pushTo(ctx context.Context, m ring.Member, why limit.Transfer, parts []int, keys []limit.KeyState) error {
-	sc, err := n.peers.state(m)
+func (mv *mover) pushTo(ctx context.Context, m ring.Member, why limit.Transfer, parts []int, keys []limit.KeyState) error {
+	sc, err := mv.host.link(m)
 	if err != nil {
 		return err
 	}
@@ -415,7 +482,7 @@ func (n *Node) pushTo(ctx context.Context, m ring.Member, why limit.Transfer, pa
 		if err := sc.Push(ctx, why, ps, chunk); err != nil {
 			return err
 		}
-		n.m.transferSent[why].Add(float64(len(chunk)))
+		mv.m.transferSent[why].Add(float64(len(chunk)))
 		if len(keys) == 0 {
 			return nil
 		}
@@ -423,15 +490,15 @@ func (n *Node) pushTo(ctx context.Context, m ring.Member, why limit.Transfer, pa
 }
 
 // exportPartitions returns the state of every key held in parts.
-func (n *Node) exportPartitions(parts []int) []limit.KeyState {
-	v := n.view.Load()
+func (mv *mover) exportPartitions(parts []int) []limit.KeyState {
+	v := mv.host.ringView()
 	in := make([]bool, v.snap.Partitions())
 	for _, p := range parts {
 		in[p] = true
 	}
-	now := n.cfg.Now().UnixNano()
+	now := mv.cfg.Now().UnixNano()
 	var out []limit.KeyState
-	for a, l := range n.limiters {
+	for a, l := range mv.host.tables() {
 		var keys []string
 		l.Range(func(key string) bool {
 			if in[v.snap.PartitionOf(uniqueKeyOf(key))] {
@@ -450,8 +517,8 @@ func (n *Node) exportPartitions(parts []int) []limit.KeyState {
 
 // importKeys merges keys into the tables; keys that do not decode are
 // counted and skipped.
-func (n *Node) importKeys(keys []limit.KeyState, why limit.Transfer) {
-	now := n.cfg.Now().UnixNano()
+func (mv *mover) importKeys(keys []limit.KeyState, why limit.Transfer) {
+	now := mv.cfg.Now().UnixNano()
 	bad := 0
 	var first error
 	refuse := func(err error) {
@@ -463,12 +530,12 @@ func (n *Node) importKeys(keys []limit.KeyState, why limit.Transfer) {
 	mark := why != limit.Replica
 	for i := 0; i < len(keys); {
 		a := keys[i].Algorithm
-		if int(a) >= len(n.limiters) {
+		if int(a) >= len(mv.host.tables()) {
 			bad++
 			i++
 			continue
 		}
-		l := n.limiters[a]
+		l := mv.host.tables()[a]
 		if each, ok := l.(eachImporter); ok { // the run of keys of a, at once
 			j := i + 1
 			for j < len(keys) && keys[j].Algorithm == a {
@@ -483,13 +550,13 @@ func (n *Node) importKeys(keys []limit.KeyState, why limit.Transfer) {
 		}
 		i++
 	}
-	n.m.transferReceived[why].Add(float64(len(keys) - bad))
+	mv.m.transferReceived[why].Add(float64(len(keys) - bad))
 	if len(keys) > bad {
-		n.dur.changed()
+		mv.dur.changed()
 	}
 	if bad > 0 {
-		n.m.transferMalformed.Add(float64(bad))
-		n.log.Warn("state transfer: keys refused", "transfer", why.String(), "refused", bad, "of", len(keys), "err", first)
+		mv.m.transferMalformed.Add(float64(bad))
+		mv.log.Warn("state transfer: keys refused", "transfer", why.String(), "refused", bad, "of", len(keys), "err", first)
 	}
 }
 
@@ -500,30 +567,30 @@ type eachImporter interface {
 	ImportEach(states []limit.KeyState, now int64, mark bool, bad func(i int, err error))
 }
 
-// Push merges key states sent by another node (api/peers.StateService).
+// push merges key states sent by another node (Node.Push, its State service).
 // For a handoff, partitions lists those the sender has handed over whole:
 // an incoming one is settled. One this node's ring does not give it is
 // marked received, and so decided here until the ring agrees, only when its
 // ring gives it to the sender: a node can hand over only what it owns.
-func (n *Node) Push(ctx context.Context, from string, why limit.Transfer, partitions []int, keys []limit.KeyState) error {
-	v := n.view.Load()
+func (mv *mover) push(ctx context.Context, from string, why limit.Transfer, partitions []int, keys []limit.KeyState) error {
+	v := mv.host.ringView()
 	for _, p := range partitions {
 		if p < 0 || p >= v.snap.Partitions() {
 			return fmt.Errorf("peer: partition %d out of range", p)
 		}
 	}
-	n.importKeys(keys, why)
+	mv.importKeys(keys, why)
 	if len(partitions) == 0 {
 		return nil
 	}
-	h := n.ho
+	h := mv.host.marks()
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	v = n.view.Load()
+	v = mv.host.ringView()
 	for _, p := range partitions {
 		owner := v.snap.Member(v.snap.PartitionOwner(p))
 		switch kind := h.kinds[p].Load(); {
-		case owner.Name == n.cfg.Name:
+		case owner.Name == mv.cfg.Name:
 			if kind != partNormal {
 				h.setLocked(p, partNormal, partDetail{})
 			}
@@ -534,19 +601,19 @@ func (n *Node) Push(ctx context.Context, from string, why limit.Transfer, partit
 	return nil
 }
 
-// Pull hands partitions over to the node from (api/peers.StateService):
+// pull hands partitions over to the node from (Node.Pull, its State service):
 // those this node would still decide are marked moved to it first, then
 // the batches deciding under the old marks are waited for, then the keys
 // are exported.
-func (n *Node) Pull(ctx context.Context, from string, members uint64, partitions []int) ([]limit.KeyState, error) {
-	v := n.view.Load()
+func (mv *mover) pull(ctx context.Context, from string, members uint64, partitions []int) ([]limit.KeyState, error) {
+	v := mv.host.ringView()
 	for _, p := range partitions {
 		if p < 0 || p >= v.snap.Partitions() {
 			return nil, fmt.Errorf("peer: partition %d out of range", p)
 		}
 	}
 	// What this node is itself still pulling, it hands over once it has it.
-	if chans := n.ho.waitFor(partitions); len(chans) > 0 {
+	if chans := mv.host.marks().waitFor(partitions); len(chans) > 0 {
 		t := time.NewTimer(pullWaitOwn)
 		defer t.Stop()
 	wait:
@@ -574,12 +641,12 @@ func (n *Node) Pull(ctx context.Context, from string, members uint64, partitions
 	// it was decided both here, by the ring, and on the puller, which a
 	// push of it then marked received: two counts of one key, merged later
 	// to the larger, not the sum).
-	if agreed := n.membersAgree(ctx, members); agreed != nil {
-		to := n.member(from)
-		theirs := n.ringOf(n.view.Load(), agreed)
-		h := n.ho
+	if agreed := mv.membersAgree(ctx, members); agreed != nil {
+		to := mv.host.member(from)
+		theirs := mv.ringOf(mv.host.ringView(), agreed)
+		h := mv.host.marks()
 		h.mu.Lock()
-		v = n.view.Load()
+		v = mv.host.ringView()
 		for _, p := range partitions {
 			if peerAddr(to) != "" && theirs != nil && theirs.Member(theirs.PartitionOwner(p)).Name == from &&
 				(v.snap.PartitionOwner(p) == v.self || h.kinds[p].Load() == partReceived) {
@@ -588,9 +655,9 @@ func (n *Node) Pull(ctx context.Context, from string, members uint64, partitions
 		}
 		h.mu.Unlock()
 	}
-	n.ho.drain()
-	keys := n.exportPartitions(partitions)
-	n.m.transferSent[limit.Join].Add(float64(len(keys)))
+	mv.host.marks().drain()
+	keys := mv.exportPartitions(partitions)
+	mv.m.transferSent[limit.Join].Add(float64(len(keys)))
 	return keys, nil
 }
 
@@ -605,12 +672,12 @@ const (
 // membersAgree returns this node's gossip membership once it has the
 // fingerprint members, waiting up to memberWait for it to catch up; nil
 // when it does not.
-func (n *Node) membersAgree(ctx context.Context, members uint64) []ring.Member {
+func (mv *mover) membersAgree(ctx context.Context, members uint64) []ring.Member {
 	current := func() []ring.Member {
-		if g := n.cfg.Gossip; g != nil {
+		if g := mv.cfg.Gossip; g != nil {
 			return g.Members()
 		}
-		return n.view.Load().snap.Members()
+		return mv.host.ringView().snap.Members()
 	}
 	if m := current(); fingerprint(m) == members {
 		return m
@@ -636,11 +703,11 @@ func (n *Node) membersAgree(ctx context.Context, members uint64) []ring.Member {
 // ringOf returns the ring of members: v's when it has those members, else
 // a new one (this node's rebuild for them has not run yet); nil when they
 // make no ring.
-func (n *Node) ringOf(v *view, members []ring.Member) *ring.Snapshot {
+func (mv *mover) ringOf(v *view, members []ring.Member) *ring.Snapshot {
 	if fingerprint(v.snap.Members()) == fingerprint(members) {
 		return v.snap
 	}
-	s, err := ring.New(members, 0, n.cfg.Ring)
+	s, err := ring.New(members, 0, mv.cfg.Ring)
 	if err != nil {
 		return nil
 	}
@@ -662,25 +729,8 @@ func fingerprint(members []ring.Member) uint64 {
 	return h.Sum64()
 }
 
-// member returns the member called name as this node knows it: from its
-// ring, else from gossip (a node that has just joined); Addr is empty when
-// it is unknown.
-func (n *Node) member(name string) ring.Member {
-	v := n.view.Load()
-	if i := v.snap.IndexOf(name); i >= 0 {
-		return v.snap.Member(i)
-	}
-	if g := n.cfg.Gossip; g != nil {
-		for _, m := range g.Members() {
-			if m.Name == name {
-				return m
-			}
-		}
-	}
-	return ring.Member{Name: name}
-}
-
-func (n *Node) isMember(name string) bool { return n.view.Load().snap.IndexOf(name) >= 0 }
+// isMember reports whether name is a member of the ring the node routes by.
+func (mv *mover) isMember(name string) bool { return mv.host.ringView().snap.IndexOf(name) >= 0 }
 
 // uniqueKeyOf returns the unique_key part of a table key (see keyBuf).
 func uniqueKeyOf(tableKey string) string {

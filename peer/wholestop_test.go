@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"log/slog"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -58,7 +59,7 @@ func TestWholeClusterLeaves(t *testing.T) {
 	c.signal()
 	poll.Until(t, 5*time.Second, func() bool {
 		for _, tn := range nodes {
-			if v := tn.node.view.Load(); v.snap.Len() != 1 || v.self != 0 || !tn.node.handoffIdle() {
+			if v := tn.node.view.Load(); v.snap.Len() != 1 || v.self != 0 || !tn.node.mv.handoffIdle() {
 				return false
 			}
 		}
@@ -86,5 +87,65 @@ func TestWholeClusterLeaves(t *testing.T) {
 	}
 	if n := strings.Count(after, "no other member left to take the keys"); n < 1 || n > len(nodes) {
 		t.Errorf("%d lines say no other member is left, want 1 to %d (once per node at most):\n%s", n, len(nodes), after)
+	}
+}
+
+// TestWholeClusterStopWithStateDirKeepsKeys: with a state directory, a
+// stop of every node keeps the keys in each node's last snapshot, and the
+// log says so: no "keys dropped", no warning about a failed push, and a
+// line per node naming the final snapshot with its key count and path
+// (seen: "push failed" and "6 keys dropped" while the file kept all 6).
+func TestWholeClusterStopWithStateDirKeepsKeys(t *testing.T) {
+	t.Parallel()
+	logs := &lockedBuffer{}
+	dir := t.TempDir()
+	c := newTestClusterWith(t, 3, Config{Logger: slog.New(slog.NewTextHandler(logs, nil)), StateDir: dir}, nil)
+	nodes := c.running()
+	if got := c.spend(nodes[0], testKeys(30), rule(limit.FixedWindow, 10, time.Hour), 2); got != 60 {
+		t.Fatalf("before the stop: %d admitted, want 60", got)
+	}
+	var wg sync.WaitGroup
+	for _, tn := range nodes {
+		wg.Go(func() {
+			if err := tn.node.Leave(); err != nil {
+				t.Errorf("Leave(%s): %v", tn.name, err)
+			}
+		})
+	}
+	wg.Wait()
+	c.signal()
+	poll.Until(t, 5*time.Second, func() bool {
+		for _, tn := range nodes {
+			if !tn.node.mv.handoffIdle() {
+				return false
+			}
+		}
+		return true
+	}, "no transfer is under way")
+	for _, tn := range nodes {
+		tn.node.NoteNoneLeft() // as the command's drain does once the others are gone
+	}
+	c.stopAll()
+	out := logs.String()
+	for _, bad := range []string{"keys dropped", "level=WARN"} {
+		if strings.Contains(out, bad) {
+			t.Errorf("logged %q on a stop of every node with a state directory:\n%s", bad, out)
+		}
+	}
+	if !strings.Contains(out, "keys kept in the snapshot written at exit") {
+		t.Errorf("no line says the keys are kept in the snapshot:\n%s", out)
+	}
+	final := regexp.MustCompile(`msg="snapshot: final snapshot (written|unchanged since the last write, kept)" keys=([0-9]+) path=\S+\.snapshot`)
+	lines := final.FindAllStringSubmatch(out, -1)
+	if len(lines) != len(nodes) {
+		t.Fatalf("%d lines name a final snapshot, want one per node (%d):\n%s", len(lines), len(nodes), out)
+	}
+	total := 0
+	for _, m := range lines {
+		k, _ := strconv.Atoi(m[2])
+		total += k
+	}
+	if total < 30 {
+		t.Errorf("the final snapshots hold %d keys in all, want at least the 30 counted", total)
 	}
 }

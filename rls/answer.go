@@ -28,29 +28,10 @@ func (s *Service) answer(p *request, results []limit.Result) *rlspb.RateLimitRes
 	var quotas, quotasOver int
 	for i := range p.descs {
 		d := &p.descs[i]
-		var st *rlspb.RateLimitResponse_DescriptorStatus
-		j := 0
-		switch d.kind {
-		case noRule:
-			s.m.descriptors[resultNoRule].Inc()
-			resp.Statuses[i] = &rlspb.RateLimitResponse_DescriptorStatus{Code: rlspb.RateLimitResponse_OK}
+		st, j, final := s.status(p.domain, d, results, now)
+		if final {
+			resp.Statuses[i] = st
 			continue
-		case replaced:
-			s.m.descriptors[resultReplaced].Inc()
-			resp.Statuses[i] = &rlspb.RateLimitResponse_DescriptorStatus{Code: rlspb.RateLimitResponse_OK}
-			continue
-		case unlimited:
-			s.m.descriptors[resultUnlimited].Inc()
-			resp.Statuses[i] = &rlspb.RateLimitResponse_DescriptorStatus{Code: rlspb.RateLimitResponse_OK, LimitRemaining: math.MaxUint32}
-			continue
-		case blocked:
-			st = descriptorStatus(d.limits[0], &limit.Result{Decision: limit.Decision{Allowed: d.hits == 0, ResetAt: windowEnd(d.limits[0].Rule, now)}}, now)
-			s.rm.record(p.domain, d, nil)
-		default:
-			rs := results[d.first : d.first+d.n]
-			j = reported(rs, d.hits)
-			st = descriptorStatus(d.limits[j], &rs[j], now)
-			s.rm.record(p.domain, d, rs)
 		}
 		if d.quota {
 			quotas++
@@ -84,6 +65,33 @@ func (s *Service) answer(p *request, results []limit.Result) *rlspb.RateLimitRes
 		resp.OverallCode = rlspb.RateLimitResponse_OK
 	}
 	return resp
+}
+
+// status returns descriptor d's status and the index (within d's checks)
+// of the check that speaks for it, and counts d in the per-rule statistics.
+// final: d has no limit to apply (no rule, replaced, unlimited), its status
+// is OK and nothing else about it counts.
+func (s *Service) status(domain string, d *desc, results []limit.Result, now int64) (st *rlspb.RateLimitResponse_DescriptorStatus, j int, final bool) {
+	switch d.kind {
+	case noRule:
+		s.m.descriptors[resultNoRule].Inc()
+		return &rlspb.RateLimitResponse_DescriptorStatus{Code: rlspb.RateLimitResponse_OK}, 0, true
+	case replaced:
+		s.m.descriptors[resultReplaced].Inc()
+		return &rlspb.RateLimitResponse_DescriptorStatus{Code: rlspb.RateLimitResponse_OK}, 0, true
+	case unlimited:
+		s.m.descriptors[resultUnlimited].Inc()
+		return &rlspb.RateLimitResponse_DescriptorStatus{Code: rlspb.RateLimitResponse_OK, LimitRemaining: math.MaxUint32}, 0, true
+	case blocked:
+		st = descriptorStatus(d.limits[0], &limit.Result{Decision: limit.Decision{Allowed: d.hits == 0, ResetAt: windowEnd(d.limits[0].Rule, now)}}, now)
+		s.rm.record(domain, d, nil)
+		return st, 0, false
+	}
+	rs := results[d.first : d.first+d.n]
+	j = reported(rs, d.hits)
+	st = descriptorStatus(d.limits[j], &rs[j], now)
+	s.rm.record(domain, d, rs)
+	return st, j, false
 }
 
 // reported picks the check that speaks for its descriptor: one that

@@ -1,13 +1,11 @@
 package rls
 
 import (
-	"maps"
 	"strings"
-	"sync"
-	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/shardlimiter/shardlimiter/internal/cowmap"
 	"github.com/shardlimiter/shardlimiter/limit"
 	"github.com/shardlimiter/shardlimiter/rules"
 )
@@ -60,14 +58,13 @@ type ruleKey struct{ domain, rule string }
 type ruleStats [numStats]prometheus.Counter
 
 // ruleMetrics are the per-rule statistics. The counters of a (domain,
-// rule) are bound on first use and published in a copy-on-write map, so a
-// descriptor costs one lookup without a lock.
+// rule) are bound on first use and published in a copy-on-write map
+// (internal/cowmap), so a descriptor costs one lookup without a lock.
 type ruleMetrics struct {
 	vec         *prometheus.CounterVec
-	stats       atomic.Pointer[map[ruleKey]*ruleStats]
-	mu          sync.Mutex // serializes additions
+	stats       cowmap.Map[ruleKey, *ruleStats] // bounded by the rules file and maxDetailed
 	maxDetailed int
-	detailed    int // detailed series bound so far; guarded by mu
+	detailed    int // detailed series bound so far; guarded by stats (its bind)
 	folded      prometheus.Counter
 	limits      *prometheus.Desc
 	store       *rules.Store
@@ -89,8 +86,6 @@ func newRuleMetrics(store *rules.Store, maxDetailed int) *ruleMetrics {
 			"Each limit of the rules in force, in hits per second (requests_per_unit over its unit), by domain and rule as shardlimiter_rls_rule_hits_total: rate(hits) / limit is the utilisation of a rule with one counter.",
 			[]string{"domain", "rule"}, nil),
 	}
-	empty := map[ruleKey]*ruleStats{}
-	rm.stats.Store(&empty)
 	return rm
 }
 
@@ -101,28 +96,19 @@ func (rm *ruleMetrics) collectors() []prometheus.Collector {
 // lookup returns the counters of k; detailed series count against the
 // detailed cap, and past it lookup returns nil.
 func (rm *ruleMetrics) lookup(k ruleKey, detailed bool) *ruleStats {
-	if st, ok := (*rm.stats.Load())[k]; ok {
-		return st
-	}
-	rm.mu.Lock()
-	defer rm.mu.Unlock()
-	m := *rm.stats.Load()
-	if st, ok := m[k]; ok {
-		return st
-	}
-	if detailed {
-		if rm.detailed >= rm.maxDetailed {
-			return nil
+	st, _ := rm.stats.LoadOrAdd(k, func() (*ruleStats, bool) {
+		if detailed {
+			if rm.detailed >= rm.maxDetailed {
+				return nil, false
+			}
+			rm.detailed++
 		}
-		rm.detailed++
-	}
-	st := &ruleStats{}
-	for i, name := range statNames {
-		st[i] = rm.vec.WithLabelValues(k.domain, k.rule, name)
-	}
-	next := maps.Clone(m)
-	next[k] = st
-	rm.stats.Store(&next)
+		st := &ruleStats{}
+		for i, name := range statNames {
+			st[i] = rm.vec.WithLabelValues(k.domain, k.rule, name)
+		}
+		return st, true
+	})
 	return st
 }
 

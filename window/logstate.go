@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/shardlimiter/shardlimiter/internal/statebytes"
 	"github.com/shardlimiter/shardlimiter/limit"
 )
 
@@ -116,20 +117,20 @@ func encodeLog(s logImage) []byte {
 // most MaxTime, at most limit.MaxLogEntries runs and limit.MaxLogLimit
 // hits, and idleAt after the newest by at most a valid period.
 func decodeLog(b []byte) (logImage, error) {
-	r := reader{b: b}
-	if v, k := r.byte(), r.byte(); r.err != nil || v != stateVersion || k != byte(limit.SlidingLog) {
+	r := statebytes.NewReader(b, errState)
+	if v, k := r.Byte(), r.Byte(); r.Err() != nil || v != stateVersion || k != byte(limit.SlidingLog) {
 		return logImage{}, fmt.Errorf("%w: header %#x %#x for %v", errState, v, k, limit.SlidingLog)
 	}
-	hold, newest, runs, hits := r.uvarint(), r.uvarint(), r.uvarint(), r.uvarint()
+	hold, newest, runs, hits := r.Uvarint(), r.Uvarint(), r.Uvarint(), r.Uvarint()
 	switch {
-	case r.err != nil:
-		return logImage{}, r.err
+	case r.Err() != nil:
+		return logImage{}, r.Err()
 	case hold < 1 || hold > uint64(limit.MaxPeriod) || newest > MaxTime:
 		return logImage{}, fmt.Errorf("%w: newest %d, held %d", errState, newest, hold)
-	case runs < 1 || runs > limit.MaxLogEntries || runs > uint64(len(r.b)/2+1):
+	case runs < 1 || runs > limit.MaxLogEntries || runs > uint64(r.Len()/2+1):
 		// Every older run takes 2 bytes at least: a short message cannot
 		// make decode allocate much.
-		return logImage{}, fmt.Errorf("%w: %d runs in %d bytes", errState, runs, len(r.b))
+		return logImage{}, fmt.Errorf("%w: %d runs in %d bytes", errState, runs, r.Len())
 	}
 	rs := make([]logRun, runs)
 	t, total := int64(newest), int64(0)
@@ -142,17 +143,17 @@ func decodeLog(b []byte) (logImage, error) {
 		if i == 0 {
 			break
 		}
-		gap := r.uvarint()
-		hits = r.uvarint()
-		if r.err != nil {
-			return logImage{}, r.err
+		gap := r.Uvarint()
+		hits = r.Uvarint()
+		if r.Err() != nil {
+			return logImage{}, r.Err()
 		}
 		if gap < 1 || gap > uint64(t) {
 			return logImage{}, fmt.Errorf("%w: gap %d before instant %d", errState, gap, t)
 		}
 		t -= int64(gap)
 	}
-	if err := r.end(); err != nil {
+	if err := r.End(); err != nil {
 		return logImage{}, err
 	}
 	return logImage{idleAt: int64(newest + hold), runs: rs}, nil

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/shardlimiter/shardlimiter/internal/statebytes"
 	"github.com/shardlimiter/shardlimiter/limit"
 )
 
@@ -98,17 +99,17 @@ func encodeCell(kind limit.Algorithm, c cell) []byte {
 // start from it: a slot exponent of some valid period, a slot a take can
 // reach, counts up to maxCount, and something counted.
 func decodeCell(b []byte, kind limit.Algorithm) (cell, error) {
-	r := reader{b: b}
-	if v, k := r.byte(), r.byte(); r.err != nil || v != stateVersion || k != byte(kind) {
+	r := statebytes.NewReader(b, errState)
+	if v, k := r.Byte(), r.Byte(); r.Err() != nil || v != stateVersion || k != byte(kind) {
 		return cell{}, fmt.Errorf("%w: header %#x %#x for %v", errState, v, k, kind)
 	}
-	g, slot := r.uvarint(), r.uvarint()
+	g, slot := r.Uvarint(), r.Uvarint()
 	var prev uint64
 	if kind == limit.SlidingWindow {
-		prev = r.uvarint()
+		prev = r.Uvarint()
 	}
-	cur := r.uvarint()
-	if err := r.end(); err != nil {
+	cur := r.Uvarint()
+	if err := r.End(); err != nil {
 		return cell{}, err
 	}
 	switch {
@@ -161,48 +162,4 @@ func mergeSliding(a, b cell, now int64) cell {
 		newer.prev = max(newer.prev, older.cur)
 	}
 	return newer
-}
-
-// reader reads a state's fields; the first error sticks.
-type reader struct {
-	b   []byte
-	err error
-}
-
-func (r *reader) fail(what string) {
-	if r.err == nil {
-		r.err = fmt.Errorf("%w: %s", errState, what)
-	}
-}
-
-func (r *reader) byte() byte {
-	if r.err != nil || len(r.b) == 0 {
-		r.fail("truncated")
-		return 0
-	}
-	c := r.b[0]
-	r.b = r.b[1:]
-	return c
-}
-
-// uvarint reads a minimal uvarint (one encoding per value).
-func (r *reader) uvarint() uint64 {
-	if r.err != nil {
-		return 0
-	}
-	x, n := binary.Uvarint(r.b)
-	if n <= 0 || n > 1 && r.b[n-1] == 0 {
-		r.fail("bad varint")
-		return 0
-	}
-	r.b = r.b[n:]
-	return x
-}
-
-// end returns the first error, or an error if bytes are left over.
-func (r *reader) end() error {
-	if r.err == nil && len(r.b) != 0 {
-		r.fail(fmt.Sprintf("%d trailing bytes", len(r.b)))
-	}
-	return r.err
 }

@@ -21,7 +21,7 @@ import (
 
 // ruleInspector is the node's Inspector for the client listeners: a check
 // without a rule (limit and duration 0) takes the rule of the rules file
-// named by its name, as checks do (rls.ByName).
+// named by its name, as checks do (rules.ByName).
 type ruleInspector struct {
 	rules *rules.Store
 	node  *peer.Node

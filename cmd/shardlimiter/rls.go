@@ -130,7 +130,7 @@ func newRLS(cfg rlsConfig, checker transport.Checker, b bounds, reg prometheus.R
 
 // checker is the client API's Checker: items that name a rule take it.
 func (r *rlsServer) checker(next transport.Checker) transport.Checker {
-	return rls.ByName{Rules: r.store, Next: next}
+	return rules.ByName{Rules: r.store, Next: next}
 }
 
 // run reloads the rules when their files change until ctx is done

@@ -1,4 +1,4 @@
-package rls
+package rules
 
 import (
 	"context"
@@ -6,9 +6,14 @@ import (
 	"fmt"
 
 	"github.com/shardlimiter/shardlimiter/limit"
-	"github.com/shardlimiter/shardlimiter/rules"
-	"github.com/shardlimiter/shardlimiter/transport"
 )
+
+// Checker decides a batch of checks, one result per check in order: what
+// ByName hands its checks on to. transport.Checker is one; the interface is
+// declared here so that rules needs no transport.
+type Checker interface {
+	Check(ctx context.Context, checks []limit.Check) ([]limit.Result, error)
+}
 
 // ByName lets the native API use the rules file: a check whose rule is
 // zero (limit and duration_ms 0 on the wire) takes the rule of the rules
@@ -16,17 +21,18 @@ import (
 // have is an item error; the other checks go to Next unchanged. Its
 // behavior flags (RESET, COUNT_REJECTED) are kept.
 //
-// ByName is a transport.Checker for the client listeners only: checks
-// reach peers with their rules filled in. It is safe for concurrent use.
+// ByName is a Checker (and a transport.Checker) for the client listeners
+// only: checks reach peers with their rules filled in. It is safe for
+// concurrent use.
 type ByName struct {
-	Rules *rules.Store
-	Next  transport.Checker
+	Rules *Store
+	Next  Checker
 }
 
 // noRuleError returns the error of an item with limit 0 whose name set does
 // not have. A node started without rules files (set nil) says so, rather
 // than speak of a rules file it does not have.
-func noRuleError(set *rules.Set) func(name string) error {
+func noRuleError(set *Set) func(name string) error {
 	if set == nil {
 		return func(string) error {
 			return errors.New("limit must be > 0 (with duration_ms): this node has no rules file (--config) to take a rule from by name")
@@ -37,10 +43,10 @@ func noRuleError(set *rules.Set) func(name string) error {
 	}
 }
 
-// Check implements transport.Checker.
+// Check implements Checker.
 func (b ByName) Check(ctx context.Context, checks []limit.Check) ([]limit.Result, error) {
 	missing := -1
-	var set *rules.Set
+	var set *Set
 	for i := range checks {
 		c := &checks[i]
 		if c.Rule.Limit != 0 || c.Rule.Period != 0 {
@@ -83,7 +89,7 @@ func (b ByName) Check(ctx context.Context, checks []limit.Check) ([]limit.Result
 		return nil, err
 	}
 	if len(out) != len(sub) {
-		return nil, fmt.Errorf("rls: node answered %d of %d checks", len(out), len(sub))
+		return nil, fmt.Errorf("rules: node answered %d of %d checks", len(out), len(sub))
 	}
 	for j, i := range idx {
 		res[i] = out[j]

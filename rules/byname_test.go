@@ -1,4 +1,4 @@
-package rls
+package rules
 
 import (
 	"context"
@@ -7,16 +7,21 @@ import (
 	"time"
 
 	"github.com/shardlimiter/shardlimiter/limit"
-	"github.com/shardlimiter/shardlimiter/rules"
-	"github.com/shardlimiter/shardlimiter/transport"
 )
+
+// checkerFunc is a Checker made of a function.
+type checkerFunc func(context.Context, []limit.Check) ([]limit.Result, error)
+
+func (f checkerFunc) Check(ctx context.Context, checks []limit.Check) ([]limit.Result, error) {
+	return f(ctx, checks)
+}
 
 // An item with limit 0 names a rule of the rules file. Its error says what
 // is missing: the rule, or (a node without --config) any rules file at
 // all, never a rules file that does not exist. The other items are decided.
 func TestByNameErrors(t *testing.T) {
 	t.Parallel()
-	set, err := rules.Parse("rules.yaml", []byte(`
+	set, err := Parse("rules.yaml", []byte(`
 domain: d
 descriptors:
   - key: k
@@ -25,7 +30,7 @@ descriptors:
 	if err != nil {
 		t.Fatal(err)
 	}
-	next := transport.CheckerFunc(func(_ context.Context, checks []limit.Check) ([]limit.Result, error) {
+	next := checkerFunc(func(_ context.Context, checks []limit.Check) ([]limit.Result, error) {
 		out := make([]limit.Result, len(checks))
 		for i := range out {
 			out[i].Allowed, out[i].Remaining = true, checks[i].Rule.Limit-checks[i].Hits
@@ -35,12 +40,12 @@ descriptors:
 	own := limit.Check{Name: "own", Key: "a", Hits: 1, Rule: limit.Rule{Limit: 3, Period: time.Second}}
 	for _, tc := range []struct {
 		name    string
-		store   *rules.Store
+		store   *Store
 		want    string
 		notWant string
 	}{
-		{"no --config", rules.NewStore(nil), "this node has no rules file (--config)", "in the rules file"},
-		{"rules loaded", rules.NewStore(set), `no rule is named "unknown" in the rules file`, "no rules file"},
+		{"no --config", NewStore(nil), "this node has no rules file (--config)", "in the rules file"},
+		{"rules loaded", NewStore(set), `no rule is named "unknown" in the rules file`, "no rules file"},
 	} {
 		b := ByName{Rules: tc.store, Next: next}
 		res, err := b.Check(context.Background(), []limit.Check{own, {Name: "unknown", Key: "b", Hits: 1}})
