@@ -163,14 +163,7 @@ func parseConfig(args []string, getenv func(string) string, out io.Writer) (conf
 // from their environment variable, so that an error names what the
 // operator wrote (SHARDLIMITER_MAX_BATCH, not --max-batch).
 func validate(raw map[string]*string, fromEnv map[string]bool) (config, error) {
-	var errs []error
-	bad := func(name, format string, a ...any) {
-		where := "--" + name
-		if fromEnv[name] {
-			where = envName(name)
-		}
-		errs = append(errs, fmt.Errorf("%s: %s", where, fmt.Sprintf(format, a...)))
-	}
+	p := &flagParser{raw: raw, fromEnv: fromEnv}
 	c := config{
 		httpAddr:      *raw["http-addr"],
 		grpcAddr:      *raw["grpc-addr"],
@@ -184,10 +177,81 @@ func validate(raw map[string]*string, fromEnv map[string]bool) (config, error) {
 		advertiseAddr: *raw["advertise-addr"],
 		nodeName:      *raw["node-name"],
 		logFormat:     *raw["log-format"],
+		stateDir:      *raw["state-dir"],
+		snapshotName:  *raw["snapshot-name"],
 	}
+	p.addresses(&c)
+	c.maxKeys = p.positiveInt("max-keys")
+	c.maxBatch = p.positiveInt("max-batch")
+	if err := c.logLevel.UnmarshalText([]byte(*raw["log-level"])); err != nil {
+		p.bad("log-level", "want debug, info, warn or error, got %q", *raw["log-level"])
+	}
+	if c.logFormat != "text" && c.logFormat != "json" {
+		p.bad("log-format", "want text or json, got %q", c.logFormat)
+	}
+	var err error
+	if c.failPolicy, err = peer.ParseFailPolicy(*raw["fail-policy"]); err != nil {
+		p.bad("fail-policy", "want local, open or closed, got %q", *raw["fail-policy"])
+	}
+	c.shutdownGrace = p.duration("shutdown-grace", false, "a duration like 5s")
+	c.peerTimeout = p.duration("peer-timeout", true, "a positive duration like 1s")
+	c.replication = p.duration("replication-interval", false, "a duration like 100ms, or 0 for off")
+	c.handoff = p.duration("handoff-timeout", true, "a positive duration like 5s")
+	c.snapshotEvery = p.duration("snapshot-interval", true, "a positive duration like 10s")
+	p.tls(c)
+	c.rls = parseRLS(raw, p.bad)
+	c.metricsMaxRules = p.positiveInt("metrics-max-rules")
+	if c.metricsMaxDetailed, err = strconv.Atoi(*raw["metrics-max-detailed"]); err != nil || c.metricsMaxDetailed < 0 {
+		p.bad("metrics-max-detailed", "want 0 or a positive integer, got %q", *raw["metrics-max-detailed"])
+	}
+	c.rls.maxDetailed = c.metricsMaxDetailed
+	if c.pprof, err = strconv.ParseBool(*raw["pprof"]); err != nil {
+		p.bad("pprof", "want true or false, got %q", *raw["pprof"])
+	}
+	validateLimits(raw, &c, p.bad)
+	return c, errors.Join(p.errs...)
+}
+
+// flagParser reads the raw flag values into typed ones, keeping one error
+// per bad flag, named as the user gave it (flag or environment variable).
+type flagParser struct {
+	raw     map[string]*string
+	fromEnv map[string]bool
+	errs    []error
+}
+
+func (p *flagParser) bad(name, format string, a ...any) {
+	where := "--" + name
+	if p.fromEnv[name] {
+		where = envName(name)
+	}
+	p.errs = append(p.errs, fmt.Errorf("%s: %s", where, fmt.Sprintf(format, a...)))
+}
+
+// positiveInt reads an integer > 0.
+func (p *flagParser) positiveInt(name string) int {
+	n, err := strconv.Atoi(*p.raw[name])
+	if err != nil || n <= 0 {
+		p.bad(name, "want a positive integer, got %q", *p.raw[name])
+	}
+	return n
+}
+
+// duration reads a duration ≥ 0, or > 0 when positive; want describes it.
+func (p *flagParser) duration(name string, positive bool, want string) time.Duration {
+	d, err := time.ParseDuration(*p.raw[name])
+	if err != nil || d < 0 || (positive && d == 0) {
+		p.bad(name, "want %s, got %q", want, *p.raw[name])
+	}
+	return d
+}
+
+// addresses checks the listen addresses (the peer port defaults to the
+// gRPC port's next), the advertised host and the seeds.
+func (p *flagParser) addresses(c *config) {
 	if c.peerAddr == "" {
 		c.peerAddr = defaultPeerAddr(c.grpcAddr)
-		*raw["peer-addr"] = c.peerAddr
+		*p.raw["peer-addr"] = c.peerAddr
 	}
 	addrs := []string{"http-addr", "grpc-addr", "peer-addr", "gossip-addr"}
 	if c.healthAddr != "" {
@@ -197,73 +261,32 @@ func validate(raw map[string]*string, fromEnv map[string]bool) (config, error) {
 		addrs = append(addrs, "gubernator-http-addr")
 	}
 	for _, name := range addrs {
-		if _, port, err := net.SplitHostPort(*raw[name]); err != nil {
-			bad(name, "want host:port, got %q", *raw[name])
-		} else if p, err := strconv.Atoi(port); err != nil || p < 0 || p > 65535 {
-			bad(name, "bad port %q", port)
+		if _, port, err := net.SplitHostPort(*p.raw[name]); err != nil {
+			p.bad(name, "want host:port, got %q", *p.raw[name])
+		} else if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+			p.bad(name, "bad port %q", port)
 		}
 	}
 	if a := c.advertiseAddr; a != "" && strings.ContainsAny(a, " /") {
-		bad("advertise-addr", "want a host or IP, got %q", a)
+		p.bad("advertise-addr", "want a host or IP, got %q", a)
 	}
-	for _, s := range strings.Split(*raw["join"], ",") {
+	for _, s := range strings.Split(*p.raw["join"], ",") {
 		if s = strings.TrimSpace(s); s != "" {
 			c.join = append(c.join, s)
 		}
 	}
-	var err error
-	if c.maxKeys, err = strconv.Atoi(*raw["max-keys"]); err != nil || c.maxKeys <= 0 {
-		bad("max-keys", "want a positive integer, got %q", *raw["max-keys"])
+}
+
+// tls checks that the TLS files come in complete sets.
+func (p *flagParser) tls(c config) {
+	if t := c.peerTLS; t != (tlsFiles{}) && (t.cert == "" || t.key == "" || t.ca == "") {
+		p.bad("peer-tls-cert-file", "peer mTLS needs all three of --peer-tls-cert-file, --peer-tls-key-file and --peer-tls-ca-file")
 	}
-	if c.maxBatch, err = strconv.Atoi(*raw["max-batch"]); err != nil || c.maxBatch <= 0 {
-		bad("max-batch", "want a positive integer, got %q", *raw["max-batch"])
+	if t := c.clientTLS; (t.cert == "") != (t.key == "") {
+		p.bad("tls-cert-file", "TLS needs both --tls-cert-file and --tls-key-file")
+	} else if t.ca != "" && t.cert == "" {
+		p.bad("tls-client-ca-file", "client certificates need TLS: set --tls-cert-file and --tls-key-file too")
 	}
-	if err := c.logLevel.UnmarshalText([]byte(*raw["log-level"])); err != nil {
-		bad("log-level", "want debug, info, warn or error, got %q", *raw["log-level"])
-	}
-	if c.logFormat != "text" && c.logFormat != "json" {
-		bad("log-format", "want text or json, got %q", c.logFormat)
-	}
-	if c.failPolicy, err = peer.ParseFailPolicy(*raw["fail-policy"]); err != nil {
-		bad("fail-policy", "want local, open or closed, got %q", *raw["fail-policy"])
-	}
-	if c.shutdownGrace, err = time.ParseDuration(*raw["shutdown-grace"]); err != nil || c.shutdownGrace < 0 {
-		bad("shutdown-grace", "want a duration like 5s, got %q", *raw["shutdown-grace"])
-	}
-	if c.peerTimeout, err = time.ParseDuration(*raw["peer-timeout"]); err != nil || c.peerTimeout <= 0 {
-		bad("peer-timeout", "want a positive duration like 1s, got %q", *raw["peer-timeout"])
-	}
-	if c.replication, err = time.ParseDuration(*raw["replication-interval"]); err != nil || c.replication < 0 {
-		bad("replication-interval", "want a duration like 100ms, or 0 for off, got %q", *raw["replication-interval"])
-	}
-	if c.handoff, err = time.ParseDuration(*raw["handoff-timeout"]); err != nil || c.handoff <= 0 {
-		bad("handoff-timeout", "want a positive duration like 5s, got %q", *raw["handoff-timeout"])
-	}
-	c.stateDir, c.snapshotName = *raw["state-dir"], *raw["snapshot-name"]
-	if c.snapshotEvery, err = time.ParseDuration(*raw["snapshot-interval"]); err != nil || c.snapshotEvery <= 0 {
-		bad("snapshot-interval", "want a positive duration like 10s, got %q", *raw["snapshot-interval"])
-	}
-	if p := c.peerTLS; p != (tlsFiles{}) && (p.cert == "" || p.key == "" || p.ca == "") {
-		bad("peer-tls-cert-file", "peer mTLS needs all three of --peer-tls-cert-file, --peer-tls-key-file and --peer-tls-ca-file")
-	}
-	if p := c.clientTLS; (p.cert == "") != (p.key == "") {
-		bad("tls-cert-file", "TLS needs both --tls-cert-file and --tls-key-file")
-	} else if p.ca != "" && p.cert == "" {
-		bad("tls-client-ca-file", "client certificates need TLS: set --tls-cert-file and --tls-key-file too")
-	}
-	c.rls = parseRLS(raw, bad)
-	if c.metricsMaxRules, err = strconv.Atoi(*raw["metrics-max-rules"]); err != nil || c.metricsMaxRules <= 0 {
-		bad("metrics-max-rules", "want a positive integer, got %q", *raw["metrics-max-rules"])
-	}
-	if c.metricsMaxDetailed, err = strconv.Atoi(*raw["metrics-max-detailed"]); err != nil || c.metricsMaxDetailed < 0 {
-		bad("metrics-max-detailed", "want 0 or a positive integer, got %q", *raw["metrics-max-detailed"])
-	}
-	c.rls.maxDetailed = c.metricsMaxDetailed
-	if c.pprof, err = strconv.ParseBool(*raw["pprof"]); err != nil {
-		bad("pprof", "want true or false, got %q", *raw["pprof"])
-	}
-	validateLimits(raw, &c, bad)
-	return c, errors.Join(errs...)
 }
 
 // defaultPeerPort is the port of the peer listener when --peer-addr is not
