@@ -19,7 +19,7 @@ import (
 	"github.com/shardlimiter/shardlimiter/transport"
 )
 
-// owner is a real Peers server (GRPCServer over bufconn) whose Local checker
+// owner is a real Peers server (a peer listener over bufconn) whose Local checker
 // records the size of every batch as it arrives and, when gated, holds each
 // one until the test releases it. It answers Remaining = Hits, and every
 // check a test sends has distinct Hits (see goForward), so that a caller can

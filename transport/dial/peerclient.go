@@ -21,7 +21,7 @@ import (
 // PeerConfig configures a PeerClient.
 type PeerConfig struct {
 	// MaxBatch caps the checks of one RPC. Zero means transport.DefaultMaxBatch
-	// (1000). It must not exceed the owner's GRPCConfig.MaxBatch, or the
+	// (1000). It must not exceed the owner's listener MaxBatch (server.Config), or the
 	// owner refuses the larger RPCs. Bigger batches amortize more per-RPC
 	// cost; smaller ones spread a burst over more slots.
 	MaxBatch int
