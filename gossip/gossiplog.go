@@ -17,6 +17,11 @@ import (
 // and the "memberlist: " prefix, and skips the formatting work when l does
 // not log at that level.
 //
+// A few warnings memberlist logs on routine events are lowered to Info
+// (routineWarnings): a node that restarts under its name within the dead
+// node reclaim time refutes the "dead" message the others still gossip
+// about its previous run, which is how a quick restart rejoins.
+//
 // Lines that report refused gossip (a wrong key, plaintext to an encrypted
 // cluster) are counted in rejected, which may be nil, and logged at Warn
 // with the hint every operator needs: the keys differ.
@@ -43,6 +48,13 @@ var levelTags = []struct {
 	{[]byte("[ERROR]"), slog.LevelError},
 }
 
+// routineWarnings are the memberlist [WARN] lines, by their text after the
+// "memberlist: " prefix, that report a routine event and are logged at
+// Info.
+var routineWarnings = [][]byte{
+	[]byte("Refuting a dead message"),
+}
+
 func (w logWriter) Write(p []byte) (int, error) {
 	line := bytes.TrimRight(p, "\r\n")
 	level := slog.LevelInfo
@@ -64,6 +76,13 @@ func (w logWriter) Write(p []byte) (int, error) {
 		return len(p), nil
 	}
 	line = bytes.TrimPrefix(line, []byte("memberlist: "))
+	if level == slog.LevelWarn {
+		for _, r := range routineWarnings {
+			if bytes.HasPrefix(line, r) {
+				level = slog.LevelInfo
+			}
+		}
+	}
 	w.log.Log(ctx, level, string(line))
 	return len(p), nil
 }

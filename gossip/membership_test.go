@@ -404,12 +404,14 @@ func TestMembershipLogLevels(t *testing.T) {
 	l.Printf("[DEBUG] memberlist: Stream connection from=127.0.0.1:1")
 	l.Printf("[INFO] memberlist: Marking b as failed")
 	l.Printf("[WARN] memberlist: Refuting a suspect message")
+	l.Printf("[WARN] memberlist: Refuting a dead message (from: b)")
 	l.Printf("[ERR] memberlist: Conflicting address for b")
 	l.Printf("[ERR] Failed to shutdown transport: x")
 	l.Printf("no tag")
 	want := `level=DEBUG msg="Stream connection from=127.0.0.1:1"
 level=INFO msg="Marking b as failed"
 level=WARN msg="Refuting a suspect message"
+level=INFO msg="Refuting a dead message (from: b)"
 level=ERROR msg="Conflicting address for b"
 level=ERROR msg="Failed to shutdown transport: x"
 level=INFO msg="no tag"

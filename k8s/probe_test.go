@@ -129,8 +129,10 @@ func startNode(t *testing.T, bin string, p *limiterPod, rules, name, join string
 		serving := false
 		eventually(t, 20*time.Second, func() error {
 			out := n.proc.output()
-			// Listeners first, then gossip's (its own log line).
-			serving = strings.Contains(out, "serving node=") && strings.Contains(out, "gossip started")
+			// Listeners first, then gossip's (its own log line). The
+			// serving line follows the log format: the manifests set
+			// SHARDLIMITER_LOG_FORMAT=json.
+			serving = (strings.Contains(out, "serving node=") || strings.Contains(out, `"msg":"serving"`)) && strings.Contains(out, "gossip started")
 			if serving || n.proc.exited() {
 				return nil
 			}

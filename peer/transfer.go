@@ -278,7 +278,7 @@ func (mv *mover) handoffIdle() bool {
 // with an alert of its own). It is not checked key by key: a key the old
 // owner last changed before a membership change made this holder its
 // replica holder was never sent to it (replication sends changed keys) —
-// docs/OPERATIONS.md, ShardlimiterHandoffIncomplete, says so. Without
+// docs/OPERATIONS.md, ShardlimiterHandoffFromReplica, says so. Without
 // replication there is no replica to fall back to: the replica holder
 // holds nothing of the old owner's, and the pull is incomplete.
 func (mv *mover) runPull(ctx context.Context, j job) {

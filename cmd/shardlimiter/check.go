@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"crypto/tls"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -22,17 +21,32 @@ import (
 
 // runCheck is `shardlimiter check`: one check against a running server,
 // printed for a human. Exit code 0 when admitted, 1 when over the limit or
-// the server failed, 2 on usage errors.
+// the server failed, 2 on usage errors. Without -limit, the rule is the
+// rules file's rule of that -name, as for the API (rls.ByName).
 func runCheck(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("shardlimiter check", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	server := fs.String("server", "localhost:8081", "gRPC address of any shardlimiter node")
+	server := fs.String("server", "localhost:8081", serverUsage)
 	rf := addRuleFlags(fs)
 	hits := fs.Int64("hits", 1, "hits to spend; 0 peeks")
 	reset := fs.Bool("reset", false, "forget the key's state first")
 	countRejected := fs.Bool("count-rejected", false, "rejected hits still count")
 	timeout := fs.Duration("timeout", 5*time.Second, "deadline of the call")
 	tf := addTLSFlags(fs)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, `Usage: shardlimiter check -name NAME -key KEY [-limit N -duration D -algorithm A …] [-hits H]
+
+Spends hits on a key of a running node and prints the answer: exit 0 when
+admitted, 1 when over the limit (or failed), 2 on a usage error. Without
+-limit, the rule is the rules file's (--config) rule of that name.
+
+The node is -server, else the environment variable SHARDLIMITER_SERVER,
+else localhost:8081: its gRPC address host:port, or its HTTP API URL
+http://host:8080 (https://… with -tls-ca).
+
+Flags:`)
+		fs.PrintDefaults()
+	}
 	if code, ok := parseWithServer(fs, args, getenv, server); !ok {
 		return code
 	}
@@ -41,6 +55,10 @@ func runCheck(ctx context.Context, args []string, getenv func(string) string, st
 		fmt.Fprintf(stderr, "shardlimiter check: %v\n", err)
 		return exitUsage
 	}
+	byName := !isSet(fs, "limit")
+	if byName {
+		c.Rule = limit.Rule{} // the rules file's: limit and duration 0
+	}
 	c.Hits = *hits
 	if *reset {
 		c.Rule.Behavior |= limit.Reset
@@ -48,20 +66,25 @@ func runCheck(ctx context.Context, args []string, getenv func(string) string, st
 	if *countRejected {
 		c.Rule.Behavior |= limit.CountRejected
 	}
-	if err := c.Validate(); err != nil {
+	if err := validateCheck(c, byName); err != nil {
 		fmt.Fprintf(stderr, "shardlimiter check: %v\n", err)
 		return exitUsage
 	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	client, code := tf.dial(*server, "check", stderr)
+	addr, err := tf.grpcAddr(ctx, *server)
+	if err != nil {
+		fmt.Fprintf(stderr, "shardlimiter check: %v\n", err)
+		return exitFail
+	}
+	client, code := tf.dial(addr, "check", stderr)
 	if client == nil {
 		return code
 	}
 	defer client.Close()
 	res, err := client.GetRateLimits(ctx, []limit.Check{c})
 	if err != nil {
-		fmt.Fprintf(stderr, "shardlimiter check: %s: %v\n", *server, err)
+		fmt.Fprintf(stderr, "shardlimiter check: %s: %v\n", addr, err)
 		return exitFail
 	}
 	printResult(stdout, c, res[0], time.Now())
@@ -69,6 +92,22 @@ func runCheck(ctx context.Context, args []string, getenv func(string) string, st
 		return exitFail
 	}
 	return exitOK
+}
+
+// validateCheck checks c before it is sent. A check by rule name carries
+// no rule (the node fills it in from its rules file, and says when there
+// is none): only its name, key and hits are checked here.
+func validateCheck(c limit.Check, byName bool) error {
+	if !byName {
+		return c.Validate()
+	}
+	switch {
+	case c.Name == "" || c.Key == "":
+		return fmt.Errorf("-name and -key are required (without -limit, -name is a rule of the rules file)")
+	case c.Hits < 0:
+		return fmt.Errorf("-hits must be >= 0")
+	}
+	return nil
 }
 
 // ruleFlags are the flags of one check's identity and rule.
@@ -82,7 +121,7 @@ func addRuleFlags(fs *flag.FlagSet) ruleFlags {
 	return ruleFlags{
 		name:   fs.String("name", "", "rule name, e.g. api_per_minute (required)"),
 		key:    fs.String("key", "", "unique key, e.g. account:42 (required)"),
-		lim:    fs.Int64("limit", 0, "hits allowed per --duration (required)"),
+		lim:    fs.Int64("limit", 0, "hits allowed per --duration; unset: the rules file's rule of that -name"),
 		dur:    fs.Duration("duration", time.Minute, "the period, e.g. 1s, 1m, 1h"),
 		alg:    fs.String("algorithm", "TOKEN_BUCKET", "TOKEN_BUCKET, LEAKY_BUCKET, FIXED_WINDOW, SLIDING_WINDOW or SLIDING_LOG"),
 		burst:  fs.Int64("burst", 0, "bucket capacity / leaky queue depth; 0 = algorithm default"),
@@ -152,22 +191,6 @@ func (f tlsFlags) dial(server, cmd string, stderr io.Writer) (*dial.Client, int)
 	return client, exitOK
 }
 
-// parseWithServer parses args into fs, then takes the server address
-// from SHARDLIMITER_SERVER when -server was not given. It returns ok
-// false, with the exit code, for -h or a bad flag.
-func parseWithServer(fs *flag.FlagSet, args []string, getenv func(string) string, server *string) (code int, ok bool) {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK, false
-		}
-		return exitUsage, false
-	}
-	if s := getenv(envName("server")); s != "" && !isSet(fs, "server") {
-		*server = s
-	}
-	return exitOK, true
-}
-
 func isSet(fs *flag.FlagSet, name string) (set bool) {
 	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
 	return set
@@ -192,7 +215,11 @@ func printResult(w io.Writer, c limit.Check, r limit.Result, now time.Time) {
 	if !r.Allowed {
 		status = "OVER_LIMIT"
 	}
-	fmt.Fprintf(w, "%-12s %s %s: %d of %d left (%s per %v)\n", status, c.Name, c.Key, r.Remaining, c.Rule.Limit, c.Rule.Algorithm, c.Rule.Period)
+	if c.Rule.Limit == 0 {
+		fmt.Fprintf(w, "%-12s %s %s: %d left (the rules file's rule %s)\n", status, c.Name, c.Key, r.Remaining, c.Name)
+	} else {
+		fmt.Fprintf(w, "%-12s %s %s: %d of %d left (%s per %v)\n", status, c.Name, c.Key, r.Remaining, c.Rule.Limit, c.Rule.Algorithm, c.Rule.Period)
+	}
 	reset := time.Unix(0, r.ResetAt).Sub(now).Round(time.Millisecond)
 	fmt.Fprintf(w, "  reset in    %v\n", max(reset, 0))
 	switch {

@@ -26,6 +26,7 @@ type proc struct {
 	name             string
 	cmd              *exec.Cmd
 	http, grpc, peer string
+	gubernatorHTTP   string // with --gubernator-http-addr
 	stderr           *syncBuffer
 }
 
@@ -114,6 +115,9 @@ func startArgs(t testing.TB, bin, name string, args []string) *proc {
 		}
 		if v, ok := strings.CutPrefix(f, "peer="); ok {
 			p.peer = v
+		}
+		if v, ok := strings.CutPrefix(f, "gubernator_http="); ok {
+			p.gubernatorHTTP = v
 		}
 	}
 	return p

@@ -131,7 +131,9 @@ func newFlagSet(name string, out io.Writer) (*flag.FlagSet, map[string]*string) 
 			"       %[1]s check [flags]            (a one-off check against a server; see %[1]s check -h)\n"+
 			"       %[1]s inspect key|match [flags] (a key's state, or the rule descriptors match, without counting)\n"+
 			"       %[1]s config check FILE|DIR…   (validate rules files without a server)\n"+
-			"\nEvery flag can also be set by its environment variable.\n\nFlags:\n", name)
+			"       %[1]s version | --version      (print the version)\n"+
+			"\nEvery flag can also be set by its environment variable. The subcommands name\n"+
+			"the node they ask with -server (or SHARDLIMITER_SERVER).\n\nFlags:\n", name)
 		fs.PrintDefaults()
 	}
 	return fs, raw

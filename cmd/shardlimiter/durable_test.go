@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -171,7 +172,8 @@ func TestStateSurvivesStopOfEveryNode(t *testing.T) {
 		seeds = append(seeds, net.JoinHostPort(h, strconv.Itoa(c.port)))
 	}
 	c.join = strings.Join(seeds, ",")
-	c.extra = []string{"--state-dir", t.TempDir(), "--snapshot-interval", "1s"}
+	// Info, for the lines a stop of every node logs (checked below).
+	c.extra = []string{"--state-dir", t.TempDir(), "--snapshot-interval", "1s", "--log-level", "info"}
 	c.procs = make([]*proc, len(c.hosts))
 	for i := range c.hosts {
 		c.start(i)
@@ -252,7 +254,31 @@ func TestStateSurvivesStopOfEveryNode(t *testing.T) {
 		}
 		c.hit(name, r, per)
 	}
+	for _, p := range c.procs {
+		var v struct {
+			Snapshot *struct {
+				Path string `json:"path"`
+			} `json:"snapshot"`
+		}
+		if code := getInto(t, "http://"+p.http+"/v1/cluster", &v); code != http.StatusOK || v.Snapshot == nil || !strings.HasSuffix(v.Snapshot.Path, ".snapshot") {
+			t.Errorf("%s: GET /v1/cluster = %d, snapshot %+v; want the snapshot file", p.name, code, v.Snapshot)
+		}
+	}
 	c.stopAll(syscall.SIGTERM)
+	// The log says what became of the keys: kept in the final snapshot,
+	// which it names (seen: "push failed" warnings and "6 keys dropped"
+	// while the snapshot kept all 6, and no line about the snapshot).
+	for _, p := range c.procs {
+		log := p.stderr.String()
+		for _, bad := range []string{"keys dropped", `level=WARN msg="handoff: push failed"`} {
+			if strings.Contains(log, bad) {
+				t.Errorf("%s logged %q on a stop of every node with --state-dir:\n%s", p.name, bad, log)
+			}
+		}
+		if !regexp.MustCompile(`msg="snapshot: final snapshot (written|unchanged since the last write, kept)" keys=[0-9]+ path=\S+\.snapshot`).MatchString(log) {
+			t.Errorf("%s did not log its final snapshot with its keys and path:\n%s", p.name, log)
+		}
+	}
 	for _, i := range []int{1, 2, 0} {
 		c.start(i)
 	}
@@ -325,4 +351,18 @@ func TestDamagedSnapshotRefused(t *testing.T) {
 		}
 		c.stopAll(syscall.SIGTERM)
 	}
+}
+
+// getInto decodes the JSON answer of GET u into v and returns the status.
+func getInto(t *testing.T, u string, v any) int {
+	t.Helper()
+	resp, err := http.Get(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+		t.Fatalf("GET %s: %v", u, err)
+	}
+	return resp.StatusCode
 }

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -52,18 +51,19 @@ func runInspect(ctx context.Context, args []string, getenv func(string) string, 
 	}
 	fmt.Fprintln(stderr, "usage: shardlimiter inspect key -name NAME -key KEY [rule flags]   (a key's state on its owner; see -h)")
 	fmt.Fprintln(stderr, "       shardlimiter inspect match -domain D -descriptor k=v[,k=v…]…  (the rule descriptors match; see -h)")
+	fmt.Fprintln(stderr, "Both name the node with -server (or SHARDLIMITER_SERVER): its HTTP API URL http://host:8080; inspect key also takes its gRPC address host:port.")
 	return exitUsage
 }
 
 func runInspectKey(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("shardlimiter inspect key", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	server := fs.String("server", "localhost:8081", "gRPC address of any shardlimiter node")
+	server := fs.String("server", "localhost:8081", serverUsage)
 	rf := addRuleFlags(fs)
 	timeout := fs.Duration("timeout", 5*time.Second, "deadline of the call")
 	tf := addTLSFlags(fs)
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: shardlimiter inspect key -name NAME -key KEY [-limit N -duration D -algorithm A …]\n\nReads the key's state on its owner (and replica holder) without spending.\nWithout -limit, the rule is the rules file's rule of that name.\n\nFlags:")
+		fmt.Fprintln(stderr, "Usage: shardlimiter inspect key -name NAME -key KEY [-limit N -duration D -algorithm A …]\n\nReads the key's state on its owner (and replica holder) without spending.\nWithout -limit, the rule is the rules file's rule of that name.\n\nThe node is -server, else the environment variable SHARDLIMITER_SERVER,\nelse localhost:8081: its gRPC address host:port, or its HTTP API URL\nhttp://host:8080 (https://… with -tls-ca).\n\nFlags:")
 		fs.PrintDefaults()
 	}
 	if code, ok := parseWithServer(fs, args, getenv, server); !ok {
@@ -83,7 +83,12 @@ func runInspectKey(ctx context.Context, args []string, getenv func(string) strin
 	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	client, code := tf.dial(*server, "inspect key", stderr)
+	addr, err := tf.grpcAddr(ctx, *server)
+	if err != nil {
+		fmt.Fprintf(stderr, "shardlimiter inspect key: %v\n", err)
+		return exitFail
+	}
+	client, code := tf.dial(addr, "inspect key", stderr)
 	if client == nil {
 		return code
 	}
@@ -153,26 +158,28 @@ func (d *descriptorFlag) Set(s string) error {
 func runInspectMatch(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("shardlimiter inspect match", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	base := fs.String("http", "http://localhost:8080", "HTTP API of any shardlimiter node (https://… with TLS)")
+	base := fs.String("server", "http://localhost:8080", "the node to ask: its HTTP API URL (https://… with TLS) (env SHARDLIMITER_SERVER)")
+	fs.StringVar(base, "http", "http://localhost:8080", "the same as -server")
 	domain := fs.String("domain", "", "the rate-limit domain (required)")
 	var descs descriptorFlag
 	fs.Var(&descs, "descriptor", "a descriptor's entries, key=value[,key=value…]; repeat for more (at least one)")
 	raw := fs.Bool("json", false, "print the answer as JSON")
 	timeout := fs.Duration("timeout", 5*time.Second, "deadline of the call")
 	tf := addTLSFlags(fs)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
-		}
-		return exitUsage
+	if code, ok := parseWithServer(fs, args, getenv, base, "http"); !ok {
+		return code
 	}
 	if *domain == "" || len(descs) == 0 {
 		fmt.Fprintln(stderr, "shardlimiter inspect match: -domain and at least one -descriptor are required")
 		return exitUsage
 	}
+	if !isURL(*base) {
+		fmt.Fprintf(stderr, "shardlimiter inspect match: -server %q: inspect match asks the HTTP API, give its URL (http://host:8080)\n", *base)
+		return exitUsage
+	}
 	u, err := url.Parse(strings.TrimSuffix(*base, "/") + "/v1/config/match")
 	if err != nil || u.Host == "" {
-		fmt.Fprintf(stderr, "shardlimiter inspect match: bad -http %q\n", *base)
+		fmt.Fprintf(stderr, "shardlimiter inspect match: bad -server %q\n", *base)
 		return exitUsage
 	}
 	tc, err := tf.config(u.Host)
@@ -219,8 +226,11 @@ func runInspectMatch(ctx context.Context, args []string, getenv func(string) str
 		fmt.Fprintf(stderr, "shardlimiter inspect match: unexpected answer %q\n", out)
 		return exitFail
 	}
+	// The inspect key commands name the node as it was named here, with
+	// the same TLS flags: they run as printed.
+	node := "-server " + shellQuote(*base) + tf.args()
 	for i, r := range ans.Results {
-		printMatch(stdout, descs[i], r)
+		printMatch(stdout, descs[i], r, node)
 	}
 	return exitOK
 }
@@ -240,7 +250,10 @@ type matchResult struct {
 	} `json:"limits"`
 }
 
-func printMatch(w io.Writer, d []rules.Entry, r matchResult) {
+// printMatch writes one descriptor's match for a human, with the inspect
+// key command line of each limit; node is that command's -server and TLS
+// flags.
+func printMatch(w io.Writer, d []rules.Entry, r matchResult, node string) {
 	var parts []string
 	for _, e := range d {
 		parts = append(parts, e.Key+"="+e.Value)
@@ -260,7 +273,7 @@ func printMatch(w io.Writer, d []rules.Entry, r matchResult) {
 	}
 	for _, l := range r.Limits {
 		fmt.Fprintf(w, "  limit        %s: %d per %s (%s)\n", l.Name, l.RequestsPerUnit, l.Unit, l.Algorithm)
-		fmt.Fprintf(w, "    inspect    shardlimiter inspect key -name %q -key %q -limit %d -duration %v -algorithm %s\n",
-			l.Name, r.Key, l.RequestsPerUnit, time.Duration(l.DurationMs)*time.Millisecond, l.Algorithm)
+		fmt.Fprintf(w, "    inspect    shardlimiter inspect key %s -name %s -key %s -limit %d -duration %v -algorithm %s\n",
+			node, shellQuote(l.Name), shellQuote(r.Key), l.RequestsPerUnit, time.Duration(l.DurationMs)*time.Millisecond, l.Algorithm)
 	}
 }

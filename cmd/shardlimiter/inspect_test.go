@@ -89,7 +89,7 @@ descriptors:
 
 	code, text := cli("inspect", "match", "--http", "http://"+s.http, "--domain", "shop", "--descriptor", "tenant=acme", "--descriptor", "other=x")
 	if code != exitOK || !strings.Contains(text, "per_tenant: 4 per minute") || !strings.Contains(text, "no rule") ||
-		!strings.Contains(text, `shardlimiter inspect key -name "per_tenant"`) {
+		!strings.Contains(text, `shardlimiter inspect key -server http://`+s.http+` -name per_tenant -key`) {
 		t.Errorf("inspect match: exit %d\n%s", code, text)
 	}
 	if code, text := cli("inspect", "match", "--http", "http://"+s.http, "--domain", "shop"); code != exitUsage {

@@ -2,7 +2,8 @@
 // check`, asks a running node one question, or, as `shardlimiter inspect
 // key|match`, reads a key's state or which rule descriptors match without
 // counting, or, as `shardlimiter config check FILE…`, validates rules
-// files offline, or, as `shardlimiter version`, prints its version.
+// files offline, or, as `shardlimiter version` (or --version), prints its
+// version.
 //
 // With no arguments it serves on one machine with defaults: HTTP on :8080,
 // gRPC on :8081 (the client API), peer RPCs on :8082 (other nodes only; by
@@ -52,7 +53,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if len(args) > 0 && args[0] == "config" {
 		return runConfig(args[1:], stdout, stderr)
 	}
-	if len(args) > 0 && args[0] == "version" {
+	if len(args) > 0 && (args[0] == "version" || args[0] == "--version" || args[0] == "-version") {
 		return runVersion(args[1:], stdout, stderr)
 	}
 	cfg, err := parseConfig(args, getenv, stderr)

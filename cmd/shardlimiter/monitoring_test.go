@@ -103,7 +103,7 @@ func alertRules(t *testing.T) []alertRule {
 var metricName = regexp.MustCompile(`\b(?:shardlimiter|process|go)_[a-z0-9_]+\b`)
 
 // exportedFamilies scrapes a node (client TLS on, so that the certificate
-// metrics exist; a check decided and a descriptor of the rules file
+// metrics exist; a state directory, so that the snapshot metrics do; a check decided and a descriptor of the rules file
 // answered, so that the per-check and per-rule series exist) and returns
 // its metric families and their types.
 func exportedFamilies(t *testing.T) map[string]string {
@@ -112,7 +112,7 @@ func exportedFamilies(t *testing.T) map[string]string {
 	dir := t.TempDir()
 	rulesFile := filepath.Join(dir, "rules.yaml")
 	writeFile(t, rulesFile, "domain: shop\ndescriptors:\n  - key: tenant\n    rate_limit: {unit: minute, requests_per_unit: 4}\n")
-	s := serve(t, "--tls-cert-file", p.server.Cert, "--tls-key-file", p.server.Key, "--config", rulesFile)
+	s := serve(t, "--tls-cert-file", p.server.Cert, "--tls-key-file", p.server.Key, "--config", rulesFile, "--state-dir", filepath.Join(dir, "state")) // the snapshot metrics exist with a state directory
 	client := httpsClient(p.client(t, nil))
 	resp, err := client.Post("https://"+s.http+"/v1/GetRateLimits", "application/json",
 		strings.NewReader(`{"requests":[{"name":"api","unique_key":"k","hits":1,"limit":5,"duration_ms":1000}]}`))
@@ -189,7 +189,9 @@ func TestMonitoringNamesExportedMetrics(t *testing.T) {
 
 // TestMonitoringRunbook: every alert links its section of
 // docs/OPERATIONS.md, which exists, and has a promtool test case in which
-// it fires.
+// it fires, and cases in which it must not: one in a rolling restart and
+// one in a crash healed by a replica (a test group whose comment names the
+// situation), the two events an operator must not be paged for.
 func TestMonitoringRunbook(t *testing.T) {
 	t.Parallel()
 	doc, err := os.ReadFile(runbookFile)
@@ -221,6 +223,7 @@ func TestMonitoringRunbook(t *testing.T) {
 			}
 		}
 	}
+	situations := silentIn(t, tests, "rolling restart", "crash healed by a replica")
 	rules := alertRules(t)
 	if len(rules) < 9 {
 		t.Fatalf("%s: %d alerts", alertsFile, len(rules))
@@ -236,7 +239,59 @@ func TestMonitoringRunbook(t *testing.T) {
 		if !fires[r.Alert] || !silent[r.Alert] {
 			t.Errorf("alert %s: %s needs a case where it fires and one where it does not", r.Alert, alertTestsFile)
 		}
+		for situation, alerts := range situations {
+			if !alerts[r.Alert] {
+				t.Errorf("alert %s: %s has no case where it stays silent in a %s", r.Alert, alertTestsFile, situation)
+			}
+		}
 	}
+}
+
+// silentIn returns, for each situation, the alerts evaluated silent
+// (exp_alerts empty) in a test group of the promtool test file whose
+// comment names the situation.
+func silentIn(t *testing.T, file []byte, situations ...string) map[string]map[string]bool {
+	t.Helper()
+	var doc yaml.Node
+	if err := yaml.Unmarshal(file, &doc); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]map[string]bool{}
+	for _, s := range situations {
+		out[s] = map[string]bool{}
+	}
+	root := doc.Content[0]
+	for i := 0; i+1 < len(root.Content); i += 2 {
+		if root.Content[i].Value != "tests" {
+			continue
+		}
+		for _, group := range root.Content[i+1].Content {
+			comment := group.HeadComment
+			if len(group.Content) > 0 {
+				comment += group.Content[0].HeadComment
+			}
+			var g struct {
+				AlertRuleTest []struct {
+					Alertname string `yaml:"alertname"`
+					ExpAlerts []any  `yaml:"exp_alerts"`
+				} `yaml:"alert_rule_test"`
+			}
+			if err := group.Decode(&g); err != nil {
+				t.Fatal(err)
+			}
+			for _, s := range situations {
+				if !strings.Contains(strings.ReplaceAll(comment, "\n#", ""), s) {
+					continue
+				}
+				for _, a := range g.AlertRuleTest {
+					if len(a.ExpAlerts) == 0 {
+						out[s][a.Alertname] = true
+					}
+				}
+			}
+		}
+	}
+	return out
 }
 
 // TestMonitoringRulesPromtool runs promtool: the alert rules load and

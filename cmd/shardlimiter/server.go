@@ -393,14 +393,7 @@ func (s *server) serve(ctx context.Context, stdout io.Writer) error {
 		"advertise", s.grpcAddr, "advertise_peer", s.peerAddr, "join", s.cfg.join,
 		"client_tls", s.sec.client != nil, "client_certificates", s.sec.clientCA,
 		"peer_tls", s.sec.peer != nil, "gossip_encrypted", s.gossip.Encrypted())
-	health := ""
-	if s.healthLis != nil {
-		health = " health=" + s.healthLis.Addr().String()
-	}
-	if s.gubLis != nil {
-		health += " gubernator_http=" + s.gubLis.Addr().String()
-	}
-	fmt.Fprintf(stdout, "serving node=%s http=%s grpc=%s peer=%s%s\n", s.node.Name(), s.httpLis.Addr(), s.grpcLis.Addr(), s.peerLis.Addr(), health)
+	s.printServing(stdout)
 
 	var runErr error
 	select {
@@ -520,4 +513,31 @@ func (s *server) followReadiness(ctx context.Context) {
 		case <-s.node.ReadyChanged():
 		}
 	}
+}
+
+// printServing writes the one stdout line that says every listener is up,
+// with the bound addresses (tools that start nodes on port 0 read it): in
+// the log format, so that --log-format json keeps stdout JSON.
+func (s *server) printServing(stdout io.Writer) {
+	addrs := []any{"node", s.node.Name(), "http", s.httpLis.Addr().String(), "grpc", s.grpcLis.Addr().String(), "peer", s.peerLis.Addr().String()}
+	if s.healthLis != nil {
+		addrs = append(addrs, "health", s.healthLis.Addr().String())
+	}
+	if s.gubLis != nil {
+		addrs = append(addrs, "gubernator_http", s.gubLis.Addr().String())
+	}
+	if s.cfg.logFormat == "json" {
+		slog.New(slog.NewJSONHandler(stdout, &slog.HandlerOptions{ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
+			if a.Key == slog.LevelKey {
+				return slog.Attr{} // not a log record: the line other tools read
+			}
+			return a
+		}})).Info("serving", addrs...)
+		return
+	}
+	line := "serving"
+	for i := 0; i < len(addrs); i += 2 {
+		line += fmt.Sprintf(" %s=%s", addrs[i], addrs[i+1])
+	}
+	fmt.Fprintln(stdout, line)
 }

@@ -280,8 +280,13 @@ func TestCheckSubcommand(t *testing.T) {
 	if code, out := check(args...); code != exitFail || !strings.Contains(out, "OVER_LIMIT") || !strings.Contains(out, "retry after") {
 		t.Fatalf("second check: exit %d\n%s", code, out)
 	}
-	if code, out := check("--name", "cli", "--key", "k"); code != exitUsage || !strings.Contains(out, "limit must be > 0") {
-		t.Fatalf("check without --limit: exit %d\n%s", code, out)
+	// Without --limit the node is asked for its rules file's rule of that
+	// name (TestCLINamesTheNodeOneWay); this one has none, and says so.
+	if code, out := check("--name", "cli", "--key", "k"); code != exitFail || !strings.Contains(out, "no rules file") {
+		t.Fatalf("check without --limit on a node without rules: exit %d\n%s", code, out)
+	}
+	if code, out := check("--name", "cli", "--key", "k", "--limit", "0"); code != exitUsage || !strings.Contains(out, "limit must be > 0") {
+		t.Fatalf("check with --limit 0: exit %d\n%s", code, out)
 	}
 	if code, out := check("--name", "cli", "--key", "k", "--limit", "1", "--algorithm", "MAGIC"); code != exitUsage || !strings.Contains(out, "unknown --algorithm") {
 		t.Fatalf("check with a bad algorithm: exit %d\n%s", code, out)

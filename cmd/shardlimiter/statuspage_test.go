@@ -112,6 +112,7 @@ type pageState struct {
 	Owner     string       `json:"owner"`
 	Via       string       `json:"via"`
 	LookupErr string       `json:"lookupErr"`
+	Snapshot  string       `json:"snapshot"`
 }
 
 const readPage = `(() => {
@@ -128,6 +129,7 @@ const readPage = `(() => {
     owner: q("#lookup-result").hidden ? "" : q("#lookup-owner").textContent,
     via: q("#lookup-via").textContent,
     lookupErr: q("#lookup-error").hidden ? "" : q("#lookup-error").textContent,
+    snapshot: q("#snapshot").textContent,
   };
 })()`
 
@@ -406,6 +408,7 @@ func TestStatusPageFallbacks(t *testing.T) {
 		})
 	}
 	answer("/v1/cluster", `{"node":"old","ready":true,"replication":"off","handoff":{},"memory":{"budget_bytes":0,"held_bytes":0},
+		"snapshot":{"dir":"state","path":"state/old.snapshot","interval":"10s","keys":6,"last_written":"2026-01-02T03:04:05Z","last_error":"disk full"},
 		"members":[{"name":"old","addr":"127.0.0.1:1","share":1}]}`)
 	answer("/v1/cluster/rings", `{"node":"old","agree":true,"rings":[{"node":"old","ring_version":2,"agrees":true}]}`)
 	answer("/v1/config", `{}`)
@@ -435,6 +438,9 @@ func TestStatusPageFallbacks(t *testing.T) {
 	var st pageState
 	poll.Until(t, 15*time.Second, func() bool { st = readState(t, ctx); return st.Refreshed >= 1 && len(st.Members) == 1 },
 		"the page shows its node")
+	if !strings.HasPrefix(st.Snapshot, "6 keys in state/old.snapshot, written ") || !strings.HasSuffix(st.Snapshot, "last write FAILED: disk full") {
+		t.Errorf("snapshot line %q, want the keys, the file, the last write and its failure", st.Snapshot)
+	}
 	if st.RuleNote != "per-rule metrics not available on this node" || len(st.Seen) != 0 {
 		t.Errorf("without per-rule metrics the page says %q and lists %q; want it to say they are not available", st.RuleNote, st.Seen)
 	}

@@ -176,6 +176,9 @@ function showCluster(c, rings) {
   const h = c.handoff || {};
   const moving = Object.entries(h).filter(([, n]) => n > 0);
   $("handoff").textContent = moving.length ? moving.map(([k, n]) => `${n} partitions ${k}`).join(", ") : "none in progress";
+  const snap = $("snapshot");
+  snap.textContent = snapshotText(c.snapshot, Date.now());
+  snap.className = c.snapshot && c.snapshot.last_error ? "bad" : "";
   const mem = c.memory || {};
   if (mem.budget_bytes > 0) {
     const pct = (100 * mem.held_bytes) / mem.budget_bytes;
@@ -187,6 +190,20 @@ function showCluster(c, rings) {
     $("memory").textContent = `${fmtBytes(mem.held_bytes || 0)} held by the tables; no memory budget (--max-memory)`;
   }
   return c.replication;
+}
+
+// snapshotText says where the node's snapshot (--state-dir) is, how many
+// keys it holds and when it was last written, from GET /v1/cluster's
+// snapshot (null without a state directory).
+function snapshotText(s, now) {
+  if (!s) return "off (no --state-dir): a stop of every node loses the counts";
+  let when = "not written yet by this process";
+  if (s.last_written) {
+    const secs = Math.max(0, Math.round((now - Date.parse(s.last_written)) / 1000));
+    when = `written ${secs} s ago (every ${s.interval} when something changed)`;
+  }
+  const err = s.last_error ? `; last write FAILED: ${s.last_error}` : "";
+  return `${fmtNum(s.keys)} keys in ${s.path}, ${when}${err}`;
 }
 
 function showMetrics(replication) {
