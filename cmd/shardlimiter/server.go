@@ -94,20 +94,22 @@ func newServer(cfg config, log *slog.Logger) (s *server, err error) {
 	return s, nil
 }
 
-// bind opens the listeners of the flags; on error none is left open.
+// bind opens the listeners of the flags; on error none is left open. The
+// health and gubernator-http listeners are off without their flag.
 func (s *server) bind() error {
 	for _, l := range []struct {
 		name, addr string
+		optional   bool
 		lis        *net.Listener
 	}{
-		{"grpc", s.cfg.grpcAddr, &s.grpcLis},
-		{"peer", s.cfg.peerAddr, &s.peerLis},
-		{"http", s.cfg.httpAddr, &s.httpLis},
-		{"health", s.cfg.healthAddr, &s.healthLis},
-		{"gubernator-http", s.cfg.gubHTTPAddr, &s.gubLis},
+		{"grpc", s.cfg.grpcAddr, false, &s.grpcLis},
+		{"peer", s.cfg.peerAddr, false, &s.peerLis},
+		{"http", s.cfg.httpAddr, false, &s.httpLis},
+		{"health", s.cfg.healthAddr, true, &s.healthLis},
+		{"gubernator-http", s.cfg.gubHTTPAddr, true, &s.gubLis},
 	} {
-		if l.addr == "" && l.name != "grpc" && l.name != "peer" && l.name != "http" {
-			continue // an optional listener that is off
+		if l.optional && l.addr == "" {
+			continue
 		}
 		lis, err := net.Listen("tcp", l.addr)
 		if err != nil {
