@@ -215,6 +215,7 @@ func itemError(c *limit.Check, algorithm, msg string) error {
 	if algorithm != "" {
 		msg = "Error in " + algorithm + ": " + msg
 	}
+	//lint:ignore ST1005 gubernator's own text, word for word: its clients see it
 	return fmt.Errorf("Error while apply rate limit for '%s_%s': during workerPool.GetRateLimit: %s", c.Name, c.Key, msg)
 }
 

@@ -15,8 +15,6 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-var ctxTimeout = transporttest.Ctx
-
 const resetAt = transporttest.ResetAt
 
 // startGRPC serves in on a client listener over bufconn for the test's

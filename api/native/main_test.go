@@ -9,7 +9,6 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/shardlimiter/shardlimiter/transport"
-	"github.com/shardlimiter/shardlimiter/transport/dial"
 	"github.com/shardlimiter/shardlimiter/transport/server"
 	"github.com/shardlimiter/shardlimiter/transport/transporttest"
 )
@@ -27,8 +26,6 @@ var (
 	batchKeys      = transporttest.BatchKeys
 	trivialChecker = transporttest.TrivialChecker
 	itemsJSON      = transporttest.ItemsJSON
-	fakeDecide     = transporttest.FakeDecide
-	mkCheck        = transporttest.MkCheck
 	ctxTimeout     = transporttest.Ctx
 )
 
@@ -84,15 +81,4 @@ func startGRPC(t testing.TB, cfg testConfig) (*server.Listener, string, grpc.Dia
 	Register(l, cfg.Checker, cfg.Members)
 	target, opt := transporttest.Bufconn(t, l)
 	return l, target, opt
-}
-
-// dialClient returns a Client of the server, closed at the end of the test.
-func dialClient(t testing.TB, target string, opts ...grpc.DialOption) *dial.Client {
-	t.Helper()
-	c, err := dial.Dial(target, opts...)
-	if err != nil {
-		t.Fatalf("Dial(%q) = %v", target, err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
-	return c
 }

@@ -21,18 +21,11 @@ func TestMain(m *testing.M) {
 type fakeChecker = transporttest.FakeChecker
 
 var (
-	dialConn       = transporttest.DialConn
-	wireReq        = transporttest.WireReq
-	batchKeys      = transporttest.BatchKeys
-	trivialChecker = transporttest.TrivialChecker
-	itemsJSON      = transporttest.ItemsJSON
-	fakeDecide     = transporttest.FakeDecide
-	mkCheck        = transporttest.MkCheck
-	ctxTimeout     = transporttest.Ctx
-	benchChecks    = transporttest.BenchChecks
+	fakeDecide  = transporttest.FakeDecide
+	mkCheck     = transporttest.MkCheck
+	ctxTimeout  = transporttest.Ctx
+	benchChecks = transporttest.BenchChecks
 )
-
-const resetAt = transporttest.ResetAt
 
 // testConfig is a node's listener as the clients of this package meet it.
 type testConfig struct {
@@ -59,17 +52,6 @@ func startGRPC(t testing.TB, cfg testConfig) (*server.Listener, string, grpc.Dia
 	}
 	target, opt := transporttest.Bufconn(t, l)
 	return l, target, opt
-}
-
-// dialClient returns a Client of the server, closed at the end of the test.
-func dialClient(t testing.TB, target string, opts ...grpc.DialOption) *Client {
-	t.Helper()
-	c, err := Dial(target, opts...)
-	if err != nil {
-		t.Fatalf("Dial(%q) = %v", target, err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
-	return c
 }
 
 // sampleValue returns the value of the counter name{label=value}.

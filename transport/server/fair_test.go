@@ -392,17 +392,6 @@ func TestGRPCFairBetweenConnections(t *testing.T) {
 	poll.Until(t, 10*time.Second, func() bool { return bound.InUse() == 560 }, "InUse() never back to 560 after the headers-only call ended")
 }
 
-// readCounter records whether its body was read.
-type readCounter struct {
-	r    *strings.Reader
-	read bool
-}
-
-func (c *readCounter) Read(p []byte) (int, error) {
-	c.read = true
-	return c.r.Read(p)
-}
-
 // TestFairCallsWithoutHolder: on a fair bound, a call without a holder
 // (BoundChecker: Envoy's ShouldRateLimit, POST /json) counts as beyond its
 // share and leaves an eighth free for the parties under theirs.

@@ -24,14 +24,11 @@ var (
 	wireReq        = transporttest.WireReq
 	batchKeys      = transporttest.BatchKeys
 	trivialChecker = transporttest.TrivialChecker
-	itemsJSON      = transporttest.ItemsJSON
 	fakeDecide     = transporttest.FakeDecide
 	mkCheck        = transporttest.MkCheck
 	ctxTimeout     = transporttest.Ctx
 	benchChecks    = transporttest.BenchChecks
 )
-
-const resetAt = transporttest.ResetAt
 
 // testConfig is a listener with the checks services the test names.
 type testConfig struct {
