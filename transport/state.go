@@ -9,6 +9,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
@@ -255,6 +256,7 @@ func NewStateClient(addr, self string, cfg PeerConfig) (*StateClient, error) {
 func (c *StateClient) Push(ctx context.Context, why limit.Transfer, partitions []int, keys []limit.KeyState) error {
 	ctx, cancel := c.timeout(ctx)
 	defer cancel()
+	c.redial(ctx)
 	err := c.conn.Invoke(ctx, pb.State_Push_FullMethodName,
 		&pushRequest{from: c.name, why: why, keys: keys, parts: partitions}, new(pb.PushStateResponse),
 		grpc.ForceCodecV2(theCodec), grpc.MaxCallRecvMsgSize(MaxStateMessage), grpc.MaxCallSendMsgSize(MaxStateMessage))
@@ -280,6 +282,7 @@ func (r *pushRequest) appendTo(b []byte) ([]byte, error) {
 func (c *StateClient) Pull(ctx context.Context, members uint64, partitions []int) ([]limit.KeyState, error) {
 	ctx, cancel := c.timeout(ctx)
 	defer cancel()
+	c.redial(ctx)
 	out, err := c.client.Pull(ctx, &pb.PullStateRequest{From: c.name, Partitions: partitionsToProto(partitions), Members: members},
 		grpc.MaxCallRecvMsgSize(MaxStateMessage), grpc.MaxCallSendMsgSize(MaxStateMessage))
 	if err != nil {
@@ -299,6 +302,25 @@ func (c *StateClient) Ring(ctx context.Context) (RingInfo, error) {
 	return RingInfo{Node: out.GetNode(), Version: out.GetRingVersion(), Members: out.GetMembers(), Names: out.GetMemberNames(),
 		Ready: out.GetReady(), Leaving: out.GetLeaving()}, nil
 }
+
+// redial readies a connection whose last dial failed: such a connection
+// fails its calls at once with the old error until its backoff (up to 2 s)
+// ends, so the first state moves after a partition healed failed. It dials
+// again now, and the call waits up to redialWait for it: a node that is
+// back answers within it; one still away costs the call that much more.
+func (c *StateClient) redial(ctx context.Context) {
+	if c.conn.GetState() != connectivity.TransientFailure {
+		return
+	}
+	c.conn.ResetConnectBackoff()
+	ctx, cancel := context.WithTimeout(ctx, redialWait)
+	defer cancel()
+	for s := c.conn.GetState(); s != connectivity.Ready && c.conn.WaitForStateChange(ctx, s); s = c.conn.GetState() {
+	}
+}
+
+// redialWait bounds the wait of redial.
+const redialWait = 250 * time.Millisecond
 
 func (c *StateClient) classify(err error) error {
 	if err == nil {
