@@ -89,7 +89,7 @@ func (m *Membership) markDeadLocked(n *memberlist.Node, now time.Time) {
 		delete(m.dead, n.Name)
 		return
 	}
-	m.dead[n.Name] = &deadMember{name: n.Name, addr: n.Address(), since: now, next: now.Add(healFirst), pause: healFirst}
+	m.dead[n.Name] = &deadMember{name: n.Name, addr: n.Address(), since: now, next: now.Add(healFirst), pause: min(2*healFirst, m.cfg.HealInterval)}
 	if len(m.dead) > maxDead {
 		var first *deadMember
 		for _, d := range m.dead {

@@ -52,7 +52,7 @@ func TestPartitionHealsWithinSeconds(t *testing.T) {
 		p := startArgs(t, "ip", name, []string{"netns", "exec", ns, bin,
 			"--http-addr", ip + ":0", "--grpc-addr", ip + ":0", "--peer-addr", ip + ":0",
 			"--gossip-addr", net.JoinHostPort(ip, port), "--join", seed,
-			"--node-name", name, "--log-level", "info", "--shutdown-grace", "0s"})
+			"--node-name", name, "--log-level", "debug", "--shutdown-grace", "0s"})
 		c, err := transport.Dial(p.grpc, grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
 			return dialIn(ctx, ns, addr)
 		}))
@@ -75,6 +75,7 @@ func TestPartitionHealsWithinSeconds(t *testing.T) {
 		return true
 	}
 	poll.Until(t, 20*time.Second, oneRing, "three nodes in one ring")
+	poll.Until(t, 20*time.Second, func() bool { return handoffsDone(nodes) }, "the joins' handoffs end: %v", marksNow(nodes))
 
 	load := startLoad(nodes)
 	defer load.stop()
@@ -83,16 +84,24 @@ func TestPartitionHealsWithinSeconds(t *testing.T) {
 		t.Helper()
 		lab.cut(2)
 		cut := time.Now()
-		alone := poll.Until(t, 20*time.Second, func() bool {
-			return slices.Equal(membersVia(cutOff.web, cutOff.proc), []string{cutOff.name})
-		}, "%s sees itself alone", cutOff.name)
-		rest := poll.Until(t, 20*time.Second, func() bool {
-			return slices.Equal(membersVia(nodes[0].web, nodes[0].proc), all[:2]) &&
-				slices.Equal(membersVia(nodes[1].web, nodes[1].proc), all[:2])
-		}, "the other two see each other only")
+		// Each side's verdict, timed from the cut.
+		var alone, rest time.Duration
+		poll.Until(t, 20*time.Second, func() bool {
+			if alone == 0 && slices.Equal(membersVia(cutOff.web, cutOff.proc), []string{cutOff.name}) {
+				alone = time.Since(cut)
+			}
+			if rest == 0 && slices.Equal(membersVia(nodes[0].web, nodes[0].proc), all[:2]) &&
+				slices.Equal(membersVia(nodes[1].web, nodes[1].proc), all[:2]) {
+				rest = time.Since(cut)
+			}
+			return alone > 0 && rest > 0
+		}, "%s sees itself alone, the others each other only", cutOff.name)
 		t.Logf("cut off: %s saw itself alone after %v, the others dropped it after %v", cutOff.name,
 			alone.Round(100*time.Millisecond), rest.Round(100*time.Millisecond))
+		// The partition's length is what the round tests, not a wait for
+		// an event: it is held until then.
 		poll.Until(t, hold+time.Second, func() bool { return time.Since(cut) >= hold }, "the partition lasts %v", hold)
+		poll.Until(t, 10*time.Second, func() bool { return handoffsDone(nodes) }, "handoffs in the partition end: %v", marksNow(nodes))
 		incomplete := handoffsIncomplete(nodes)
 		lab.heal()
 		length := time.Since(cut)
@@ -102,7 +111,7 @@ func TestPartitionHealsWithinSeconds(t *testing.T) {
 		if merged > healBound {
 			t.Errorf("one ring again %v after the heal, want ≤ %v", merged.Round(10*time.Millisecond), healBound)
 		}
-		poll.Until(t, 10*time.Second, func() bool { return handoffsDone(nodes) }, "handoffs after the heal finish")
+		poll.Until(t, 10*time.Second, func() bool { return handoffsDone(nodes) }, "handoffs after the heal finish: %v", marksNow(nodes))
 		if got := handoffsIncomplete(nodes); !slices.Equal(got, incomplete) {
 			t.Errorf("handoffs incomplete after the heal: %v, want %v as before it (a push failed)", got, incomplete)
 		}
@@ -135,25 +144,38 @@ func membersVia(client *http.Client, p *proc) []string {
 	return names
 }
 
-// handoffsDone reports whether no node has a partition marked for handoff.
-func handoffsDone(nodes []*labNode) bool {
+// labHandoffMarks returns each node's partitions marked for handoff, by mark
+// (nil for a node that did not answer).
+func labHandoffMarks(nodes []*labNode) []map[string]int {
+	var out []map[string]int
 	for _, n := range nodes {
 		var v struct {
 			Handoff map[string]int `json:"handoff"`
 		}
 		resp, err := n.web.Get("http://" + n.http + "/v1/cluster")
-		if err != nil {
-			return false
+		if err == nil {
+			err = json.NewDecoder(resp.Body).Decode(&v)
+			resp.Body.Close()
 		}
-		err = json.NewDecoder(resp.Body).Decode(&v)
-		resp.Body.Close()
 		if err != nil {
-			return false
+			v.Handoff = nil
 		}
-		for _, c := range v.Handoff {
-			if c > 0 {
-				return false
-			}
+		out = append(out, v.Handoff)
+	}
+	return out
+}
+
+// marksNow formats labHandoffMarks when printed, as a failure message
+// wants the marks at the failure, not when the wait began.
+type marksNow []*labNode
+
+func (n marksNow) String() string { return fmt.Sprint(labHandoffMarks(n)) }
+
+// handoffsDone reports whether no node has a partition marked for handoff.
+func handoffsDone(nodes []*labNode) bool {
+	for _, m := range labHandoffMarks(nodes) {
+		if m == nil || len(m) > 0 {
+			return false
 		}
 	}
 	return true
@@ -183,6 +205,7 @@ type load struct {
 	done   chan struct{}
 	mu     sync.Mutex
 	recs   []loadRecord
+	failed []error // calls that failed
 }
 
 const (
@@ -197,7 +220,7 @@ func startLoad(nodes []*labNode) *load {
 		defer close(l.done)
 		tick := time.NewTicker(loadEvery)
 		defer tick.Stop()
-		rule := limit.Rule{Algorithm: limit.TokenBucket, Limit: 1 << 30, Period: time.Second}
+		rule := limit.Rule{Algorithm: limit.TokenBucket, Limit: 1_000_000, Period: time.Second}
 		for {
 			select {
 			case <-ctx.Done():
@@ -213,20 +236,35 @@ func startLoad(nodes []*labNode) *load {
 				cctx, ccancel := context.WithTimeout(ctx, time.Second)
 				res, err := n.grpc.GetRateLimits(cctx, batch)
 				ccancel()
-				if err != nil {
-					continue
-				}
 				l.mu.Lock()
+				if err != nil {
+					l.failed = append(l.failed, err)
+				}
 				for i, r := range res {
-					if r.Error == "" {
-						l.recs = append(l.recs, loadRecord{sent: sent, key: batch[i].Key, owner: r.Owner})
+					if r.Error != "" {
+						l.failed = append(l.failed, fmt.Errorf("%s: %s", batch[i].Key, r.Error))
+						continue
 					}
+					l.recs = append(l.recs, loadRecord{sent: sent, key: batch[i].Key, owner: r.Owner})
 				}
 				l.mu.Unlock()
 			}
 		}
 	}()
 	return l
+}
+
+func (l *load) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s := fmt.Sprintf("%d answers, %d failed calls", len(l.recs), len(l.failed))
+	if len(l.recs) > 0 {
+		s += fmt.Sprintf(", the last sent %v ago", time.Since(l.recs[len(l.recs)-1].sent).Round(time.Millisecond))
+	}
+	if len(l.failed) > 0 {
+		s += fmt.Sprintf(", the last failure: %v", l.failed[len(l.failed)-1])
+	}
+	return s
 }
 
 func (l *load) stop() {
@@ -242,7 +280,7 @@ func (l *load) oneOwnerSince(t *testing.T, since time.Time) {
 		l.mu.Lock()
 		defer l.mu.Unlock()
 		return len(l.recs) > 0 && l.recs[len(l.recs)-1].sent.Sub(since) > time.Second
-	}, "a second of load after the heal")
+	}, "a second of load after the heal (%v)", l)
 	owners := map[string]map[string]bool{}
 	l.mu.Lock()
 	n := 0
