@@ -477,7 +477,7 @@ func (m *Membership) signal(ch chan struct{}) {
 // SuspicionMaxTimeoutMult of 4 (6 s) such a node declared the others dead
 // 6.5-7.5 s after the cut, while they declared it dead after 2-2.3 s
 // (TestPartitionHealsWithinSeconds in cmd/shardlimiter); at 2 (3 s) it
-// takes 3.5-4.5 s. Until its verdict it still forwards to owners it
+// takes 4.5-6.8 s. Until its verdict it still forwards to owners it
 // cannot reach, and each forward waits for its timeout before the fail
 // policy decides: the wait costs latency, not admission. What the
 // unconfirmed timeout guards against is a node whose own trouble
@@ -489,12 +489,13 @@ func (m *Membership) signal(ch chan struct{}) {
 // that wake memberlist and send only pending news. Each wake-up also wakes
 // the Go scheduler's other thread and sysmon, so it costs far more than
 // its own work: at 200 ms rounds (5/s) an idle member of 3 used 46-67 ms
-// of CPU per 20 s, at 500 ms 26-54 ms (docs/PERFORMANCE.md). Compression
-// is off: memberlist compresses each packet with a fresh LZW writer (a
-// 6.5 MB allocation per 20 s for pings and acks of a few dozen bytes, so
-// a garbage collection every few seconds on an idle node), and a LAN has
-// no use for it; a node with compression on still reads ours, and we read
-// its compressed packets. PushPullInterval (30 s) and
+// of CPU per 20 s, at 500 ms 26-54 ms (docs/PERFORMANCE.md). The search
+// for dead members (heal.go) adds nothing while every member is alive.
+// Compression is off: memberlist compresses each packet with a fresh LZW
+// writer (a 6.5 MB allocation per 20 s for pings and acks of a few dozen
+// bytes, so a garbage collection every few seconds on an idle node), and a
+// LAN has no use for it; a node with compression on still reads ours, and
+// we read its compressed packets. PushPullInterval (30 s) and
 // GossipToTheDeadTime (30 s) keep the LAN figures: a full state exchange
 // with an alive member every 30 s per node is the anti-entropy. Neither
 // reaches a member declared dead once the news of its death is spent, so
