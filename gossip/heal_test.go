@@ -151,7 +151,7 @@ func TestHealedPartitionMerges(t *testing.T) {
 }
 
 // healBound is how soon after a partition heals its halves must be one
-// cluster again: healLoop pings within HealInterval (1 s) and the join and
+// cluster again: healLoop knocks within HealInterval (1 s) and the join and
 // the refutations take a few gossip rounds.
 const healBound = 3 * time.Second
 
@@ -173,10 +173,12 @@ func TestLeftMembersAreNotLookedFor(t *testing.T) {
 	}
 }
 
-// TestHealSchedule drives healLoop in a synctest bubble with a fake ping
-// and contact step: a member declared dead is pinged 250 ms after the
-// verdict, then at doubling pauses up to HealInterval (±20 %), joined on
-// its first answer, and forgotten once alive; with no dead member the loop
+// TestHealSchedule drives healLoop in a synctest bubble with a fake knock
+// and contact step: a member declared dead is knocked on 250 ms after the
+// verdict, then at doubling pauses up to HealInterval (±20 %); a knock
+// from it is answered by one join of its address, at once; a knock from an
+// alive member is answered by a join too, one from a stranger is not; a
+// member alive again is knocked on no more; with no dead member the loop
 // sleeps without a timer.
 func TestHealSchedule(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
@@ -188,18 +190,16 @@ func TestHealSchedule(t *testing.T) {
 		ctx, cancel := context.WithCancel(t.Context())
 		defer cancel()
 		start := time.Now()
-		var mu sync.Mutex // the loop pings from goroutines of its own
-		var pings []time.Duration
+		var mu sync.Mutex
+		var knocks []time.Duration
 		var joined []string
-		answer := false
-		ping := func(name, addr string) bool {
+		knock := func(name, addr string) {
 			if name != "b" || addr != "10.0.0.2:7946" {
-				t.Errorf("ping(%q, %q), want b at 10.0.0.2:7946", name, addr)
+				t.Errorf("knock(%q, %q), want b at 10.0.0.2:7946", name, addr)
 			}
 			mu.Lock()
 			defer mu.Unlock()
-			pings = append(pings, time.Since(start))
-			return answer
+			knocks = append(knocks, time.Since(start))
 		}
 		contact := func(_ context.Context, targets []string) (int, int, error) {
 			mu.Lock()
@@ -208,55 +208,61 @@ func TestHealSchedule(t *testing.T) {
 			return len(targets), len(targets), nil
 		}
 		// sleep lets the bubble's clock run d and reads what happened.
-		sleep := func(d time.Duration) (p []time.Duration, j []string) {
+		sleep := func(d time.Duration) (k []time.Duration, j []string) {
 			time.Sleep(d)
 			synctest.Wait()
 			mu.Lock()
 			defer mu.Unlock()
-			return slices.Clone(pings), slices.Clone(joined)
+			return slices.Clone(knocks), slices.Clone(joined)
 		}
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
-			m.healLoop(ctx, ping, contact)
+			m.healLoop(ctx, knock, contact)
 		}()
-		if p, _ := sleep(time.Minute); len(p) != 0 {
-			t.Fatalf("pings with no dead member: %v", p)
+		if k, _ := sleep(time.Minute); len(k) != 0 {
+			t.Fatalf("knocks with no dead member: %v", k)
 		}
 
+		h := &hooks{m: m}
 		b := &memberlist.Node{Name: "b", Addr: net.ParseIP("10.0.0.2"), Port: 7946}
+		h.NotifyJoin(b)
 		start = time.Now()
-		m.mu.Lock()
-		m.markDeadLocked(b, time.Now())
-		m.mu.Unlock()
-		p, j := sleep(10 * time.Second)
-		if len(p) < 8 || p[0] != 250*time.Millisecond {
-			t.Fatalf("pings at %v, want the first at 250ms and about one a second after", p)
+		h.NotifyLeave(b)
+		k, j := sleep(10 * time.Second)
+		if len(k) < 8 || k[0] != 250*time.Millisecond {
+			t.Fatalf("knocks at %v, want the first at 250ms and about one a second after", k)
 		}
 		want := []time.Duration{500 * time.Millisecond, time.Second}
-		for i := 1; i < len(p); i++ {
-			gap := p[i] - p[i-1]
+		for i := 1; i < len(k); i++ {
+			gap := k[i] - k[i-1]
 			w := want[min(i-1, len(want)-1)]
 			if gap < w*4/5 || gap > w*6/5 {
-				t.Errorf("ping %d came %v after the one before, want %v ±20 %%", i+1, gap, w)
+				t.Errorf("knock %d came %v after the one before, want %v ±20 %%", i+1, gap, w)
 			}
 		}
 		if len(j) != 0 {
-			t.Errorf("joined %v with no answer", j)
+			t.Errorf("joined %v with no knock heard", j)
 		}
 
-		mu.Lock()
-		answer = true
-		mu.Unlock()
-		n := len(p)
-		p, j = sleep(1300 * time.Millisecond)
-		if len(p) == n || len(j) != len(p)-n || j[0] != "10.0.0.2:7946" {
-			t.Fatalf("after it answers: %d more pings, joined %v; want a join of 10.0.0.2:7946 for each", len(p)-n, j)
+		h.NotifyMsg(append([]byte{knockMsg}, "stranger"...))
+		if _, j = sleep(0); len(j) != 0 {
+			t.Errorf("a stranger's knock joined %v, want nothing", j)
 		}
-		m.upsert(b) // the join brought it back
-		n = len(p)
-		if p, _ = sleep(10 * time.Second); len(p) != n {
-			t.Errorf("%d pings after the member came back, want none", len(p)-n)
+		h.NotifyMsg(append([]byte{knockMsg}, "b"...))
+		if _, j = sleep(0); !slices.Equal(j, []string{"10.0.0.2:7946"}) {
+			t.Fatalf("after b knocked: joined %v, want 10.0.0.2:7946 at once", j)
+		}
+		h.NotifyJoin(b) // the join brought it back
+		n := len(k)
+		if k, _ = sleep(10 * time.Second); len(k) != n {
+			t.Errorf("%d knocks on b after it came back, want none", len(k)-n)
+		}
+
+		// b holds this node dead: its knock is answered by a join.
+		h.NotifyMsg(append([]byte{knockMsg}, "b"...))
+		if _, j = sleep(0); !slices.Equal(j, []string{"10.0.0.2:7946", "10.0.0.2:7946"}) {
+			t.Errorf("after alive b knocked: joined %v, want 10.0.0.2:7946 a second time", j)
 		}
 		cancel()
 		<-done

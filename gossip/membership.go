@@ -69,15 +69,15 @@ type Config struct {
 	// day). Shorter merges sooner for one lookup per interval. Zero means
 	// 30 s; negative disables.
 	RejoinInterval time.Duration
-	// HealInterval is the longest pause between two pings of a member
-	// that failure detection declared dead (not one that left): it is
-	// pinged 250 ms after the verdict, then at doubling pauses up to
-	// HealInterval, for as long as it stays dead (up to a day), and joined
-	// as soon as it answers. That merges the halves of a partition within
-	// about HealInterval of the heal, however long it lasted (see heal.go).
-	// Shorter heals sooner for one ping per dead member per interval. Zero
-	// means 1 s; negative disables (partitions then heal through
-	// RejoinInterval).
+	// HealInterval is the longest pause between two knocks on a member
+	// that failure detection declared dead (not one that left): a knock,
+	// one small UDP message, goes 250 ms after the verdict, then at
+	// doubling pauses up to HealInterval, for as long as it stays dead (up
+	// to a day), and a member that hears it joins this node at once. That
+	// merges the halves of a partition within about HealInterval of the
+	// heal, however long it lasted (see heal.go). Shorter heals sooner for
+	// one packet per dead member per interval. Zero means 1 s; negative
+	// disables (partitions then heal through RejoinInterval).
 	HealInterval time.Duration
 	// Logger receives this type's logs and memberlist's (levels mapped; see
 	// gossipLogger). Nil discards them.
@@ -124,6 +124,7 @@ type Membership struct {
 	members map[string]*member     // by node name, this node included
 	dead    map[string]*deadMember // by node name: looked for by healLoop
 	leftAt  map[string]time.Time   // by node name: when its leave notice came
+	answer  map[string]string      // alive members that knocked, by name: gossip address
 
 	lifeMu sync.Mutex // serializes Leave and the shutdown in Run
 	left   bool       // guarded by lifeMu
@@ -201,6 +202,7 @@ func New(cfg Config) (*Membership, error) {
 	m.members = make(map[string]*member)
 	m.dead = make(map[string]*deadMember)
 	m.leftAt = make(map[string]time.Time)
+	m.answer = make(map[string]string)
 	m.notices = &memberlist.TransmitLimitedQueue{NumNodes: m.numMembers, RetransmitMult: retransmitMult}
 	return m, nil
 }
@@ -245,7 +247,7 @@ func (m *Membership) Run(ctx context.Context) error {
 	wg.Go(func() { m.joinLoop(ctx, ml) })
 	if m.cfg.HealInterval > 0 {
 		contact := func(ctx context.Context, targets []string) (int, int, error) { return m.contact(ctx, ml, targets) }
-		wg.Go(func() { m.healLoop(ctx, ping(ml), contact) })
+		wg.Go(func() { m.healLoop(ctx, knock(ml, m.cfg.NodeName), contact) })
 	}
 	<-ctx.Done()
 	wg.Wait()
