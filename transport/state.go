@@ -256,10 +256,9 @@ func NewStateClient(addr, self string, cfg PeerConfig) (*StateClient, error) {
 func (c *StateClient) Push(ctx context.Context, why limit.Transfer, partitions []int, keys []limit.KeyState) error {
 	ctx, cancel := c.timeout(ctx)
 	defer cancel()
-	c.redial(ctx)
 	err := c.conn.Invoke(ctx, pb.State_Push_FullMethodName,
 		&pushRequest{from: c.name, why: why, keys: keys, parts: partitions}, new(pb.PushStateResponse),
-		grpc.ForceCodecV2(theCodec), grpc.MaxCallRecvMsgSize(MaxStateMessage), grpc.MaxCallSendMsgSize(MaxStateMessage))
+		grpc.ForceCodecV2(theCodec), grpc.MaxCallRecvMsgSize(MaxStateMessage), grpc.MaxCallSendMsgSize(MaxStateMessage), c.redial())
 	return c.classify(err)
 }
 
@@ -282,9 +281,8 @@ func (r *pushRequest) appendTo(b []byte) ([]byte, error) {
 func (c *StateClient) Pull(ctx context.Context, members uint64, partitions []int) ([]limit.KeyState, error) {
 	ctx, cancel := c.timeout(ctx)
 	defer cancel()
-	c.redial(ctx)
 	out, err := c.client.Pull(ctx, &pb.PullStateRequest{From: c.name, Partitions: partitionsToProto(partitions), Members: members},
-		grpc.MaxCallRecvMsgSize(MaxStateMessage), grpc.MaxCallSendMsgSize(MaxStateMessage))
+		grpc.MaxCallRecvMsgSize(MaxStateMessage), grpc.MaxCallSendMsgSize(MaxStateMessage), c.redial())
 	if err != nil {
 		return nil, c.classify(err)
 	}
@@ -303,24 +301,20 @@ func (c *StateClient) Ring(ctx context.Context) (RingInfo, error) {
 		Ready: out.GetReady(), Leaving: out.GetLeaving()}, nil
 }
 
-// redial readies a connection whose last dial failed: such a connection
-// fails its calls at once with the old error until its backoff (up to 2 s)
-// ends, so the first state moves after a partition healed failed. It dials
-// again now, and the call waits up to redialWait for it: a node that is
-// back answers within it; one still away costs the call that much more.
-func (c *StateClient) redial(ctx context.Context) {
+// redial is the call option of a state move. A connection whose last dial
+// failed (its node was unreachable: a partition, since healed) fails its
+// calls at once with that old error until its backoff (up to 2 s) ends, and
+// a dial begun in the partition may still hang after the heal: all three
+// tries of the first pushes after a heal failed so. Such a connection
+// dials again now, and the call waits for a connection, within its
+// deadline, instead of failing on the old error.
+func (c *StateClient) redial() grpc.CallOption {
 	if c.conn.GetState() != connectivity.TransientFailure {
-		return
+		return grpc.EmptyCallOption{}
 	}
 	c.conn.ResetConnectBackoff()
-	ctx, cancel := context.WithTimeout(ctx, redialWait)
-	defer cancel()
-	for s := c.conn.GetState(); s != connectivity.Ready && c.conn.WaitForStateChange(ctx, s); s = c.conn.GetState() {
-	}
+	return grpc.WaitForReady(true)
 }
-
-// redialWait bounds the wait of redial.
-const redialWait = 250 * time.Millisecond
 
 func (c *StateClient) classify(err error) error {
 	if err == nil {
