@@ -88,8 +88,12 @@ func knock(ml *memberlist.Memberlist, self string) knockFunc {
 
 // knocked handles a knock from the member name: a member held dead, or
 // alive, is joined by the next round; a name this node does not know is
-// ignored (a knock cannot make it join an address of the sender's choice).
+// ignored (a knock cannot make it join an address of the sender's choice),
+// and so is every knock when the search is off (HealInterval < 0).
 func (m *Membership) knocked(name string) {
+	if m.cfg.HealInterval < 0 {
+		return
+	}
 	m.mu.Lock()
 	if d := m.dead[name]; d != nil {
 		d.knocked = true
