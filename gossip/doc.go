@@ -8,8 +8,10 @@
 // node joins the seeds it is given (host:port or DNS names, resolved at
 // every attempt) and retries until one answers; once joined it rejoins the
 // seeds that are not members every RejoinInterval, which merges clusters
-// that started apart and heals long partitions; a node that has left
-// rejoins no one. A node publishes its gRPC address in its gossip metadata
+// that started apart; it knocks on the members declared dead (not those
+// that left) about every second, and a member that hears a knock joins the
+// knocker, which merges the halves of a healed partition (heal.go); a node
+// that has left rejoins no one. A node publishes its gRPC address in its gossip metadata
 // (Meta); Members returns the alive members with that address, as
 // ring.Member values, and Changed signals each change.
 // Peers are identified by node name, never by address alone, so several

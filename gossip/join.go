@@ -164,7 +164,7 @@ func (m *Membership) contact(ctx context.Context, ml *memberlist.Memberlist, tar
 }
 
 // joinLoop joins the seeds, then keeps this node joined until ctx is done.
-// It is the only goroutine Run starts besides memberlist's own.
+// Run starts it, and healLoop (heal.go), besides memberlist's own goroutines.
 func (m *Membership) joinLoop(ctx context.Context, ml *memberlist.Memberlist) {
 	contact := func(ctx context.Context, targets []string) (int, int, error) { return m.contact(ctx, ml, targets) }
 	if len(m.seeds) > 0 && !m.joinSeeds(ctx, contact) {

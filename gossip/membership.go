@@ -64,11 +64,21 @@ type Config struct {
 	JoinRetry time.Duration
 	// RejoinInterval is how often, once joined, the seeds are resolved
 	// again and the addresses that are not members joined. That merges
-	// nodes that started together and each found only itself, and heals
-	// partitions that outlast memberlist's gossip to dead nodes (30 s).
-	// Shorter heals sooner for one lookup per interval. Zero means 30 s;
-	// negative disables.
+	// nodes that started together and each found only itself, and a
+	// partition that HealInterval does not (disabled, or longer than a
+	// day). Shorter merges sooner for one lookup per interval. Zero means
+	// 30 s; negative disables.
 	RejoinInterval time.Duration
+	// HealInterval is the longest pause between two knocks on a member
+	// that failure detection declared dead (not one that left): a knock,
+	// one small UDP message, goes 250 ms after the verdict, then at
+	// doubling pauses up to HealInterval, for as long as it stays dead (up
+	// to a day), and a member that hears it joins this node at once. That
+	// merges the halves of a partition within about HealInterval of the
+	// heal, however long it lasted (see heal.go). Shorter heals sooner for
+	// one packet per dead member per interval. Zero means 1 s; negative
+	// disables (partitions then heal through RejoinInterval).
+	HealInterval time.Duration
 	// Logger receives this type's logs and memberlist's (levels mapped; see
 	// gossipLogger). Nil discards them.
 	Logger *slog.Logger
@@ -98,14 +108,23 @@ type Membership struct {
 	localAddr    atomic.Pointer[string]
 	ran          atomic.Bool
 	joined       atomic.Bool
-	joinAttempts atomic.Int64  // for tests
-	claims       atomic.Uint64 // other addresses seen claiming our name
-	started      chan struct{} // closed by Run once memberlist is up
-	changed      chan struct{} // cap 1, never closed
-	nameClaimed  chan struct{} // cap 1, never closed
+	joinAttempts atomic.Int64                     // for tests
+	claims       atomic.Uint64                    // other addresses seen claiming our name
+	started      chan struct{}                    // closed by Run once memberlist is up
+	changed      chan struct{}                    // cap 1, never closed
+	nameClaimed  chan struct{}                    // cap 1, never closed
+	deadWake     chan struct{}                    // cap 1, never closed: a member was declared dead
+	notices      *memberlist.TransmitLimitedQueue // leave notices (heal.go)
+	// testTransport, set by tests before Run, makes memberlist's
+	// transport from its config (and may set its ports); nil: memberlist
+	// makes its own.
+	testTransport func(*memberlist.Config) (memberlist.Transport, error)
 
 	mu      sync.Mutex
-	members map[string]*member // by node name, this node included
+	members map[string]*member     // by node name, this node included
+	dead    map[string]*deadMember // by node name: looked for by healLoop
+	leftAt  map[string]time.Time   // by node name: when its leave notice came
+	answer  map[string]string      // alive members that knocked, by name: gossip address
 
 	lifeMu sync.Mutex // serializes Leave and the shutdown in Run
 	left   bool       // guarded by lifeMu
@@ -166,6 +185,9 @@ func New(cfg Config) (*Membership, error) {
 	if cfg.RejoinInterval == 0 {
 		cfg.RejoinInterval = 30 * time.Second
 	}
+	if cfg.HealInterval == 0 {
+		cfg.HealInterval = time.Second
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -176,14 +198,20 @@ func New(cfg Config) (*Membership, error) {
 	m.started = make(chan struct{})
 	m.changed = make(chan struct{}, 1)
 	m.nameClaimed = make(chan struct{}, 1)
+	m.deadWake = make(chan struct{}, 1)
 	m.members = make(map[string]*member)
+	m.dead = make(map[string]*deadMember)
+	m.leftAt = make(map[string]time.Time)
+	m.answer = make(map[string]string)
+	m.notices = &memberlist.TransmitLimitedQueue{NumNodes: m.numMembers, RetransmitMult: retransmitMult}
 	return m, nil
 }
 
 // Run starts memberlist (binding its sockets), joins the seeds in the
-// background (see Config.Seeds, JoinRetry) and serves gossip until
-// ctx is done. Then it shuts memberlist down without leaving (call Leave
-// first for a graceful exit) and returns nil once its join goroutine has
+// background (see Config.Seeds, JoinRetry), looks for the members declared
+// dead (see Config.HealInterval) and serves gossip until ctx is done. Then
+// it shuts memberlist down without leaving (call Leave first for a
+// graceful exit) and returns nil once its join and heal goroutines have
 // exited and memberlist's sockets are closed. memberlist.Shutdown does not
 // wait for memberlist's own goroutines: they see the shutdown and exit
 // shortly after Run returns (a probe in flight when its ack timer fires, one
@@ -215,13 +243,14 @@ func (m *Membership) Run(ctx context.Context) error {
 	close(m.started)
 	m.log.Info("gossip started", "name", m.cfg.NodeName, "bind", local, "advertise", m.selfGossip(), "seeds", m.cfg.Seeds)
 
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		m.joinLoop(ctx, ml)
-	}()
+	var wg sync.WaitGroup
+	wg.Go(func() { m.joinLoop(ctx, ml) })
+	if m.cfg.HealInterval > 0 {
+		contact := func(ctx context.Context, targets []string) (int, int, error) { return m.contact(ctx, ml, targets) }
+		wg.Go(func() { m.healLoop(ctx, knock(ml, m.cfg.NodeName), contact) })
+	}
 	<-ctx.Done()
-	<-done
+	wg.Wait()
 
 	m.lifeMu.Lock()
 	defer m.lifeMu.Unlock()
@@ -317,6 +346,7 @@ func (m *Membership) Leave(timeout time.Duration) error {
 	}
 	m.left = true
 	m.leaving.Store(true)
+	m.notices.QueueBroadcast(newLeftNotice(m.cfg.NodeName)) // rides with memberlist's own
 	done := make(chan error, 1)
 	go func() {
 		// lifeMu is handed to this goroutine: Run must not shut memberlist
@@ -422,7 +452,7 @@ func (m *Membership) signal(ch chan struct{}) {
 //	SuspicionMult  3       suspect → dead after 3 × 0.5 s × max(1, log10 n)
 //	                       = 1.5 s for n ≤ 10, once one other node confirms
 //	                       (k = SuspicionMult-2 = 1); with no confirmation
-//	                       SuspicionMaxTimeoutMult × 1.5 s = 6 s
+//	                       SuspicionMaxTimeoutMult × 1.5 s = 3 s (below)
 //	GossipInterval 500 ms  suspect/dead/alive spread to 3 nodes per round;
 //	                       news also rides on every probe and ack (memberlist
 //	                       piggybacks queued broadcasts on each packet), so a
@@ -441,18 +471,37 @@ func (m *Membership) signal(ch chan struct{}) {
 // node that misses a probe (loss, a pause) has 1.5 s, 3 gossip rounds and
 // its own probes, to refute.
 //
+// A node cut off from all the others (a partition of one, its own link
+// down) gets no confirmation: it is the only one to suspect each peer, so
+// each verdict waits for the unconfirmed timeout, and memberlist's health
+// score of the node itself (awareness), raised by its unanswered probes,
+// stretches its probe interval too. At the LAN profile's
+// SuspicionMaxTimeoutMult of 4 (6 s) such a node declared the others dead
+// 6.5-7.5 s after the cut, while they declared it dead after 2-2.3 s
+// (TestPartitionHealsWithinSeconds in cmd/shardlimiter); at 2 (3 s) it
+// takes 4.5-6.8 s. Until its verdict it still forwards to owners it
+// cannot reach, and each forward waits for its timeout before the fail
+// policy decides: the wait costs latency, not admission. What the
+// unconfirmed timeout guards against is a node whose own trouble
+// (overload, a lossy link) makes it suspect healthy peers: its verdict
+// spreads, and the victims must refute it; 3 s is still six gossip rounds
+// and six of the victim's own probes to refute in.
+//
 // Idle cost: 2 probes/s per node (and the acks), and 2 gossip rounds/s
 // that wake memberlist and send only pending news. Each wake-up also wakes
 // the Go scheduler's other thread and sysmon, so it costs far more than
 // its own work: at 200 ms rounds (5/s) an idle member of 3 used 46-67 ms
-// of CPU per 20 s, at 500 ms 26-54 ms (docs/PERFORMANCE.md). Compression
-// is off: memberlist compresses each packet with a fresh LZW writer (a
-// 6.5 MB allocation per 20 s for pings and acks of a few dozen bytes, so
-// a garbage collection every few seconds on an idle node), and a LAN has
-// no use for it; a node with compression on still reads ours, and we read
-// its compressed packets. PushPullInterval (30 s) and
+// of CPU per 20 s, at 500 ms 26-54 ms (docs/PERFORMANCE.md). The search
+// for dead members (heal.go) adds nothing while every member is alive.
+// Compression is off: memberlist compresses each packet with a fresh LZW
+// writer (a 6.5 MB allocation per 20 s for pings and acks of a few dozen
+// bytes, so a garbage collection every few seconds on an idle node), and a
+// LAN has no use for it; a node with compression on still reads ours, and
+// we read its compressed packets. PushPullInterval (30 s) and
 // GossipToTheDeadTime (30 s) keep the LAN figures: a full state exchange
-// every 30 s per node is the anti-entropy a partition heals by.
+// with an alive member every 30 s per node is the anti-entropy. Neither
+// reaches a member declared dead once the news of its death is spent, so
+// a healed partition merges through healLoop (heal.go).
 //
 // DeadNodeReclaimTime lets a node restarted under the same name at a new
 // address take its name back 0.5 s after the old entry is declared dead
@@ -487,7 +536,7 @@ func (m *Membership) gossipConfig(ctx context.Context) (*memberlist.Config, erro
 	c.ProbeInterval = 500 * time.Millisecond
 	c.ProbeTimeout = 200 * time.Millisecond
 	c.SuspicionMult = 3
-	c.SuspicionMaxTimeoutMult = 4
+	c.SuspicionMaxTimeoutMult = 2
 	c.GossipInterval = 500 * time.Millisecond
 	c.DeadNodeReclaimTime = 500 * time.Millisecond
 	c.TCPTimeout = 3 * time.Second
@@ -495,6 +544,12 @@ func (m *Membership) gossipConfig(ctx context.Context) (*memberlist.Config, erro
 	h := &hooks{m: m}
 	c.Delegate, c.Events, c.Conflict = h, h, h
 	c.Logger = gossipLogger(m.log, &m.rejected)
+	if m.testTransport != nil {
+		var err error
+		if c.Transport, err = m.testTransport(c); err != nil {
+			return nil, err
+		}
+	}
 	if m.keyring != nil {
 		// GossipVerifyIncoming and GossipVerifyOutgoing stay true (the
 		// default): plaintext is neither accepted nor sent.
@@ -566,6 +621,7 @@ func (h *hooks) NotifyUpdate(n *memberlist.Node) { h.m.upsert(n) }
 func (h *hooks) NotifyLeave(n *memberlist.Node) {
 	h.m.mu.Lock()
 	delete(h.m.members, n.Name)
+	h.m.markDeadLocked(n, time.Now())
 	h.m.mu.Unlock()
 	h.m.signal(h.m.changed)
 }
@@ -586,6 +642,7 @@ func (m *Membership) upsert(n *memberlist.Node) {
 		mb.logged = old.logged // same trouble: do not log it again
 	}
 	m.members[n.Name] = mb
+	m.aliveLocked(n)
 	m.mu.Unlock()
 	m.signal(m.changed)
 }

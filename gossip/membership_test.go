@@ -105,6 +105,13 @@ var grpcPorts atomic.Int32
 // when the test ends.
 func startGossip(t *testing.T, name, bind string, cfg Config) *gossipNode {
 	t.Helper()
+	return startGossipWith(t, name, bind, cfg, nil)
+}
+
+// startGossipWith is startGossip with setup called on the Membership
+// before Run (nil: none).
+func startGossipWith(t *testing.T, name, bind string, cfg Config, setup func(*Membership)) *gossipNode {
+	t.Helper()
 	if cfg.Logger == nil {
 		cfg.Logger, _ = testLogger(t)
 	}
@@ -118,6 +125,9 @@ func startGossip(t *testing.T, name, bind string, cfg Config) *gossipNode {
 		t.Fatalf("New(%s): %v", name, err)
 	}
 	g.m = m
+	if setup != nil {
+		setup(m)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	g.cancel = cancel
 	go func() { g.done <- m.Run(ctx) }()

@@ -151,9 +151,14 @@ func (h *hooks) NodeMeta(limit int) []byte {
 	return h.m.meta
 }
 
-// NotifyMsg, GetBroadcasts, LocalState and MergeRemoteState carry user data,
-// which Membership does not use.
-func (h *hooks) NotifyMsg([]byte)                  {}
-func (h *hooks) GetBroadcasts(int, int) [][]byte   { return nil }
+// NotifyMsg and GetBroadcasts carry the leave notices (heal.go), from
+// memberlist's packet and gossip goroutines, concurrently; neither blocks.
+func (h *hooks) NotifyMsg(b []byte) { h.m.noticeReceived(b) }
+func (h *hooks) GetBroadcasts(overhead, limit int) [][]byte {
+	return h.m.notices.GetBroadcasts(overhead, limit)
+}
+
+// LocalState and MergeRemoteState carry push/pull user state, which
+// Membership does not use.
 func (h *hooks) LocalState(bool) []byte            { return nil }
 func (h *hooks) MergeRemoteState(_ []byte, _ bool) {}

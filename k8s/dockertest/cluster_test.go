@@ -129,7 +129,8 @@ func TestPartitionHeals(t *testing.T) {
 	}
 	docker(t, "network", "connect", network, cut)
 	healed := time.Now()
-	// The periodic rejoin (every 30 s) merges the two sides.
+	// Each side pings the members it declared dead and joins the first
+	// that answers (gossip/heal.go): about a second.
 	for _, name := range alive {
 		c.eventually(healTimeout, func() error { return c.wantMembers(name, names) })
 	}
@@ -157,8 +158,9 @@ func TestPartitionHeals(t *testing.T) {
 	})
 }
 
-// healTimeout bounds how long a healed partition may take to merge: one
-// rejoin interval (30 s) plus slack.
+// healTimeout bounds how long a healed partition may take to merge: about
+// a second by the search for dead members, and room for the seeds' 30 s
+// periodic rejoin, the fallback, should docker's reconnect outlast it.
 const healTimeout = 60 * time.Second
 
 // deadNodeTimeout bounds how long the survivors may list a killed node.

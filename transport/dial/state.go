@@ -6,6 +6,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/status"
 
 	"github.com/shardlimiter/shardlimiter/limit"
@@ -47,7 +48,7 @@ func (c *StateClient) Push(ctx context.Context, why limit.Transfer, partitions [
 	defer cancel()
 	err := c.conn.Invoke(ctx, pb.State_Push_FullMethodName,
 		&pushRequest{from: c.name, why: why, keys: keys, parts: partitions}, new(pb.PushStateResponse),
-		grpc.ForceCodecV2(transport.Codec), grpc.MaxCallRecvMsgSize(transport.MaxStateMessage), grpc.MaxCallSendMsgSize(transport.MaxStateMessage))
+		grpc.ForceCodecV2(transport.Codec), grpc.MaxCallRecvMsgSize(transport.MaxStateMessage), grpc.MaxCallSendMsgSize(transport.MaxStateMessage), c.redial())
 	return c.classify(err)
 }
 
@@ -73,7 +74,7 @@ func (c *StateClient) Pull(ctx context.Context, members uint64, partitions []int
 	ctx, cancel := c.timeout(ctx)
 	defer cancel()
 	out, err := c.client.Pull(ctx, &pb.PullStateRequest{From: c.name, Partitions: transport.PartitionsToProto(partitions), Members: members},
-		grpc.MaxCallRecvMsgSize(transport.MaxStateMessage), grpc.MaxCallSendMsgSize(transport.MaxStateMessage))
+		grpc.MaxCallRecvMsgSize(transport.MaxStateMessage), grpc.MaxCallSendMsgSize(transport.MaxStateMessage), c.redial())
 	if err != nil {
 		return nil, c.classify(err)
 	}
@@ -90,6 +91,21 @@ func (c *StateClient) Ring(ctx context.Context) (transport.RingInfo, error) {
 	}
 	return transport.RingInfo{Node: out.GetNode(), Version: out.GetRingVersion(), Members: out.GetMembers(), Names: out.GetMemberNames(),
 		Ready: out.GetReady(), Leaving: out.GetLeaving()}, nil
+}
+
+// redial is the call option of a state move. A connection whose last dial
+// failed (its node was unreachable: a partition, since healed) fails its
+// calls at once with that old error until its backoff (up to 2 s) ends, and
+// a dial begun in the partition may still hang after the heal: all three
+// tries of the first pushes after a heal failed so. Such a connection
+// dials again now, and the call waits for a connection, within its
+// deadline, instead of failing on the old error.
+func (c *StateClient) redial() grpc.CallOption {
+	if c.conn.GetState() != connectivity.TransientFailure {
+		return grpc.EmptyCallOption{}
+	}
+	c.conn.ResetConnectBackoff()
+	return grpc.WaitForReady(true)
 }
 
 func (c *StateClient) classify(err error) error {
