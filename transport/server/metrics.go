@@ -60,7 +60,7 @@ const (
 const (
 	// numAlgorithmLabels covers every limit.Algorithm plus "unknown" (last),
 	// for items whose algorithm did not convert.
-	numAlgorithmLabels = int(limit.GubernatorLeakyBucket) + 2
+	numAlgorithmLabels = int(limit.MaxAlgorithm) + 2
 	algorithmUnknown   = numAlgorithmLabels - 1
 	numReasonLabels    = int(limit.NotOwner) + 1
 )
