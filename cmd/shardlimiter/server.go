@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	gubapi "github.com/shardlimiter/shardlimiter/api/gubernator"
+	"github.com/shardlimiter/shardlimiter/api/resp"
 	"github.com/shardlimiter/shardlimiter/api/inspect"
 	"github.com/shardlimiter/shardlimiter/api/native"
 	"github.com/shardlimiter/shardlimiter/api/peers"
@@ -44,6 +45,7 @@ type server struct {
 	peerLis   net.Listener
 	healthLis net.Listener // nil without --health-addr
 	gubLis    net.Listener // nil without --gubernator-http-addr
+	respLis   net.Listener // nil without --resp-addr
 	gossip    *gossip.Membership
 	node      *peer.Node
 	rls       *rlsServer        // rules and Envoy's rate-limit service (rls.go)
@@ -52,6 +54,7 @@ type server struct {
 	http      *http.Server
 	health    *http.Server // nil without --health-addr
 	gubHTTP   *http.Server // gubernator's gateway; nil without --gubernator-http-addr
+	resp      *resp.Server // the Redis protocol; nil without --resp-addr
 	grpcAddr  string       // advertised
 	peerAddr  string       // advertised
 }
@@ -91,6 +94,9 @@ func newServer(cfg config, log *slog.Logger) (s *server, err error) {
 		return nil, err
 	}
 	s.newListeners(b, reg)
+	if err = s.newRESP(b, reg); err != nil {
+		return nil, err
+	}
 	return s, nil
 }
 
@@ -105,6 +111,7 @@ func (s *server) bind() error {
 		{"http", s.cfg.httpAddr, &s.httpLis},
 		{"health", s.cfg.healthAddr, &s.healthLis},
 		{"gubernator-http", s.cfg.gubHTTPAddr, &s.gubLis},
+		{"resp", s.cfg.resp.addr, &s.respLis},
 	} {
 		if l.addr == "" && l.name != "grpc" && l.name != "peer" && l.name != "http" {
 			continue // an optional listener that is off
@@ -121,7 +128,7 @@ func (s *server) bind() error {
 
 // closeListeners closes the listeners bind opened.
 func (s *server) closeListeners() {
-	for _, l := range []net.Listener{s.grpcLis, s.peerLis, s.httpLis, s.healthLis, s.gubLis} {
+	for _, l := range []net.Listener{s.grpcLis, s.peerLis, s.httpLis, s.healthLis, s.gubLis, s.respLis} {
 		if l != nil {
 			l.Close()
 		}
@@ -350,7 +357,7 @@ func (s *server) serve(ctx context.Context, stdout io.Writer) error {
 	nodeCtx, stopNode := context.WithCancel(context.Background())
 	defer stopNode()
 	var wg sync.WaitGroup
-	errc := make(chan error, 5)
+	errc := make(chan error, 6)
 	wg.Go(func() {
 		if err := s.node.Run(nodeCtx); err != nil {
 			errc <- fmt.Errorf("node: %w", err)
@@ -381,6 +388,13 @@ func (s *server) serve(ctx context.Context, stdout io.Writer) error {
 		wg.Go(func() {
 			if err := h.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				errc <- fmt.Errorf("%s: %w", name, err)
+			}
+		})
+	}
+	if s.resp != nil {
+		wg.Go(func() {
+			if err := s.resp.Serve(s.respLis); err != nil {
+				errc <- fmt.Errorf("resp: %w", err)
 			}
 		})
 	}
@@ -435,6 +449,9 @@ func (s *server) stopServers() {
 				h.Close()
 			}
 		})
+	}
+	if s.resp != nil {
+		wg.Go(func() { s.resp.Close() })
 	}
 	for _, g := range []*tserver.Listener{s.grpc, s.peers} {
 		wg.Go(func() {
@@ -525,6 +542,9 @@ func (s *server) printServing(stdout io.Writer) {
 	}
 	if s.gubLis != nil {
 		addrs = append(addrs, "gubernator_http", s.gubLis.Addr().String())
+	}
+	if s.respLis != nil {
+		addrs = append(addrs, "resp", s.respAddr())
 	}
 	if s.cfg.logFormat == "json" {
 		slog.New(slog.NewJSONHandler(stdout, &slog.HandlerOptions{ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
