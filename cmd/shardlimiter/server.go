@@ -20,10 +20,10 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	gubapi "github.com/shardlimiter/shardlimiter/api/gubernator"
-	"github.com/shardlimiter/shardlimiter/api/resp"
 	"github.com/shardlimiter/shardlimiter/api/inspect"
 	"github.com/shardlimiter/shardlimiter/api/native"
 	"github.com/shardlimiter/shardlimiter/api/peers"
+	"github.com/shardlimiter/shardlimiter/api/resp"
 	"github.com/shardlimiter/shardlimiter/gossip"
 	"github.com/shardlimiter/shardlimiter/peer"
 	"github.com/shardlimiter/shardlimiter/statuspage"
