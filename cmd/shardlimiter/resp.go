@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/shardlimiter/shardlimiter/api/resp"
+	"github.com/shardlimiter/shardlimiter/peer"
 	tserver "github.com/shardlimiter/shardlimiter/transport/server"
 )
 
@@ -86,4 +87,15 @@ func (s *server) respAddr() string {
 		return ""
 	}
 	return s.respLis.Addr().String()
+}
+
+// clusterPage is GET /v1/cluster: the node's view, and the Redis
+// listener's address when it is on (the status page lists the ports).
+type clusterPage struct {
+	peer.ClusterInfo
+	RESPAddr string `json:"resp_addr,omitempty"`
+}
+
+func (s *server) clusterPage() clusterPage {
+	return clusterPage{ClusterInfo: s.node.Cluster(), RESPAddr: s.respAddr()}
 }

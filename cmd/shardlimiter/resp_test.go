@@ -60,6 +60,9 @@ func TestRESPOnTheNode(t *testing.T) {
 	if err := c.Do(ctx, "SL.CHECK", "unknown_rule", "acct:1").Err(); err == nil || !strings.HasPrefix(err.Error(), "ERR ") {
 		t.Errorf("SL.CHECK of a rule that is not loaded = %v, want an item error", err)
 	}
+	if cl := httpGet(t, "http://"+s.http+"/v1/cluster"); !strings.Contains(cl, `"resp_addr":"`+s.resp+`"`) {
+		t.Errorf("/v1/cluster does not name the Redis listener %s: %s", s.resp, cl)
+	}
 	body := httpGet(t, "http://"+s.http+"/metrics")
 	for _, series := range []string{
 		`shardlimiter_server_request_duration_seconds_count{api="resp",code="OK",method="CL.THROTTLE"} 4`,

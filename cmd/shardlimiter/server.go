@@ -247,7 +247,7 @@ func (s *server) newListeners(b bounds, reg *prometheus.Registry) {
 	inspect.RegisterHTTP(h, inspector)
 	s.rls.svc.RegisterHTTP(h)
 	h.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}), http.MethodGet, http.MethodHead)
-	h.HandleView("/v1/cluster", func(*http.Request) any { return s.node.Cluster() })
+	h.HandleView("/v1/cluster", func(*http.Request) any { return s.clusterPage() })
 	h.HandleView("/v1/cluster/rings", func(r *http.Request) any { return s.node.Rings(r.Context()) })
 	s.newHTTPServers(h, gub)
 }
