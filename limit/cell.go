@@ -28,9 +28,10 @@ const MaxCellTime = 1 << 60
 // MaxCellPeriod bounds a Cell rule's period.
 const MaxCellPeriod = time.Duration(MaxCellTime) / time.Second * time.Second
 
-// ErrCellZeroRate is redis-cell's refusal of a rule whose emission
-// interval is 0 ns (its text).
-var ErrCellZeroRate = errors.New("Zero rates are not supported")
+// ErrCellZeroRate refuses a rule whose emission interval is 0 ns, as
+// redis-cell does ("Zero rates are not supported", which package api/resp
+// replies).
+var ErrCellZeroRate = errors.New("zero rates are not supported")
 
 // CellInterval returns redis-cell's emission interval of count actions
 // per period: the quotient in float64, truncated to whole nanoseconds, as

@@ -28,8 +28,11 @@ const (
 	GubernatorTokenBucket Algorithm = 5 // gubernator's TOKEN_BUCKET: a window from the first hit
 	GubernatorLeakyBucket Algorithm = 6 // gubernator's LEAKY_BUCKET: a balance leaking whole hits
 	// redis-cell's GCRA (see cell.go): internal too, for the Redis protocol.
-	Cell          Algorithm = 7 // redis-cell's CL.THROTTLE: GCRA with its own rounding
-	numAlgorithms           = 8
+	Cell Algorithm = 7 // redis-cell's CL.THROTTLE: GCRA with its own rounding
+)
+
+const (
+	numAlgorithms = 8
 	// MaxAlgorithm is the largest number nodes send each other.
 	MaxAlgorithm = Cell
 )
