@@ -222,3 +222,25 @@ func TestRESPTLS(t *testing.T) {
 		t.Errorf("no resp refusal in the log:\n%s", s.stderr)
 	}
 }
+
+// TestRESPSLCheckRuleByName: SL.CHECK without limit and duration takes the
+// rules file's rule of that name, and reports its limit.
+func TestRESPSLCheckRuleByName(t *testing.T) {
+	t.Parallel()
+	rules := filepath.Join(t.TempDir(), "rules.yaml")
+	writeFile(t, rules, `
+domain: shop
+descriptors:
+  - key: tenant
+    rate_limit: {name: per_tenant, unit: minute, requests_per_unit: 2}
+`)
+	s := serve(t, "--config", rules, "--resp-addr", "127.0.0.1:0")
+	c := redisClient(t, s.resp, nil)
+	ctx := context.Background()
+	for i, want := range [][2]int64{{0, 1}, {0, 0}, {1, 0}} { // over, remaining
+		v, err := c.Do(ctx, "SL.CHECK", "per_tenant", "acme").Int64Slice()
+		if err != nil || len(v) != 6 || v[0] != want[0] || v[1] != 2 || v[2] != want[1] {
+			t.Fatalf("call %d: SL.CHECK per_tenant acme = %v, %v; want over %d, limit 2, remaining %d", i, v, err, want[0], want[1])
+		}
+	}
+}
