@@ -140,9 +140,11 @@ func (s *Server) Serve(ln net.Listener) error {
 	return s.srv.Serve(guardListener{Listener: ln, lim: s.lim})
 }
 
-// Close stops accepting, closes every connection (a batch being decided
-// is answered first if its client still reads) and returns once every
-// connection's goroutine has ended. Idempotent.
+// Close stops accepting, closes every connection and returns once every
+// connection's goroutine has ended. Unlike the gRPC listeners' graceful
+// stop it does not wait for a batch being decided: that batch's replies
+// are lost with its connection (by then the node has left the ring, and
+// a client's retry goes to another node). Idempotent.
 func (s *Server) Close() error {
 	s.closeMu.Lock()
 	first, ln := !s.closed, s.ln
