@@ -2,6 +2,7 @@ package resp
 
 import (
 	"context"
+	"net"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -136,5 +137,50 @@ func TestOverloadIsRefusedAtOnce(t *testing.T) {
 	}
 	if err := throttle(ctx, b, []any{"c", 5, 1, 1}).Err(); err != nil {
 		t.Errorf("after the bound freed: %v", err)
+	}
+}
+
+// TestCloseAnswersTheBatchInFlight: Close lets a connection deciding a
+// batch reply to it, closes an idle one at once, and returns once both
+// have ended.
+func TestCloseAnswersTheBatchInFlight(t *testing.T) {
+	t.Parallel()
+	n := newFakeNode()
+	gate := make(chan struct{})
+	n.gate = gate
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := New(Config{Checker: n})
+	served := make(chan error, 1)
+	go func() { served <- s.Serve(ln) }()
+	ctx := context.Background()
+	busy := client(t, ln.Addr().String(), func(o *redis.Options) { o.Protocol = 2 })
+	idle := client(t, ln.Addr().String(), func(o *redis.Options) { o.Protocol = 2 })
+	if err := idle.Ping(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	answered := make(chan error, 1)
+	go func() { answered <- throttle(ctx, busy, []any{"k", 1, 1, 1}).Err() }()
+	poll.Until(t, 10*time.Second, func() bool { return n.calls.Load() == 1 }, "the check never reached the node")
+	closed := make(chan struct{})
+	go func() { s.Close(); close(closed) }()
+	poll.Until(t, 10*time.Second, func() bool { return s.Conns() == 1 }, "the idle connection was not closed at once")
+	select {
+	case <-closed:
+		t.Fatal("Close returned while a batch was being decided")
+	default:
+	}
+	n.mu.Lock()
+	n.gate = nil
+	n.mu.Unlock()
+	close(gate)
+	if err := <-answered; err != nil {
+		t.Errorf("the batch in flight at Close: %v, want its reply", err)
+	}
+	<-closed
+	if err := <-served; err != nil {
+		t.Errorf("Serve: %v", err)
 	}
 }

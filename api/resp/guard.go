@@ -56,6 +56,7 @@ type guardConn struct {
 	pending int    // bytes since the last command boundary
 	since   time.Time
 	refused string // why the connection was refused, once it was
+	s       *Server
 }
 
 // Read reads and checks the next bytes; it refuses with errRefused.
@@ -69,6 +70,12 @@ func (g *guardConn) Read(p []byte) (int, error) {
 		deadline = g.since.Add(g.lim.IdleTimeout) // the command must arrive whole in time
 	}
 	g.Conn.SetReadDeadline(deadline)
+	// Close sets closing, then wakes every read with a deadline of now:
+	// looked at after this read's deadline is set, one of the two ends
+	// the read at once.
+	if g.s.closing.Load() {
+		return 0, net.ErrClosed
+	}
 	n, err := g.Conn.Read(p)
 	if n > 0 {
 		if why := g.scan(p[:n], now); why != "" {
@@ -188,16 +195,25 @@ func (g *guardConn) nextArg() {
 // boundary ends a command.
 func (g *guardConn) boundary() { g.state, g.pending = atStart, 0 }
 
-// guardListener wraps each accepted connection in a guard.
+// guardListener wraps each accepted connection in a guard and registers
+// it with its server. When the inner listener fails (Close), Accept
+// returns only once every connection has ended: redcon closes the
+// connections left when its accept loop ends, and a graceful Close lets
+// each answer its batch in flight first (Server.Close).
 type guardListener struct {
 	net.Listener
-	lim Limits
+	s *Server
 }
 
 func (l guardListener) Accept() (net.Conn, error) {
 	c, err := l.Listener.Accept()
 	if err != nil {
+		if l.s.closing.Load() {
+			l.s.connWG.Wait()
+		}
 		return nil, err
 	}
-	return &guardConn{Conn: c, lim: l.lim}, nil
+	g := &guardConn{Conn: c, lim: l.s.lim, s: l.s}
+	l.s.track(g, true)
+	return g, nil
 }

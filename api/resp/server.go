@@ -108,6 +108,10 @@ type Server struct {
 	closeMu sync.Mutex
 	closed  bool
 	ln      net.Listener // Serve's; guarded by closeMu
+	closing atomic.Bool
+	connWG  sync.WaitGroup // accepted connections, until closedConn
+	liveMu  sync.Mutex
+	live    map[*guardConn]struct{} // connections accepted and not closed
 }
 
 // New returns a server of cfg. It starts nothing.
@@ -115,7 +119,8 @@ func New(cfg Config) *Server {
 	if cfg.Rules == nil {
 		cfg.Rules = cfg.Checker
 	}
-	s := &Server{cfg: cfg, lim: cfg.Limits.withDefaults(), pwSum: sha256.Sum256([]byte(cfg.Password))}
+	s := &Server{cfg: cfg, lim: cfg.Limits.withDefaults(), pwSum: sha256.Sum256([]byte(cfg.Password)),
+		live: map[*guardConn]struct{}{}}
 	s.ctx, s.stop = context.WithCancel(context.Background())
 	for k, name := range callNames {
 		s.calls[k] = cfg.Metrics.Calls("resp", name, false)
@@ -137,30 +142,50 @@ func (s *Server) Serve(ln net.Listener) error {
 	s.wg.Add(1) // Serve itself, so that Close waits for it
 	s.closeMu.Unlock()
 	defer s.wg.Done()
-	return s.srv.Serve(guardListener{Listener: ln, lim: s.lim})
+	return s.srv.Serve(guardListener{Listener: ln, s: s})
 }
 
-// Close stops accepting, closes every connection and returns once every
-// connection's goroutine has ended. Unlike the gRPC listeners' graceful
-// stop it does not wait for a batch being decided: that batch's replies
-// are lost with its connection (by then the node has left the ring, and
-// a client's retry goes to another node). Idempotent.
+// Close stops accepting and ends every connection: a connection
+// deciding a batch answers it first, one waiting for a command is closed
+// at once, and a reply its client does not read is given a second. It
+// returns once every connection's goroutine has ended. Idempotent.
 func (s *Server) Close() error {
 	s.closeMu.Lock()
 	first, ln := !s.closed, s.ln
 	s.closed = true
 	s.closeMu.Unlock()
-	if first && ln != nil {
-		s.srv.Close() // "not serving" until redcon has ln: closing ln ends it then
-		ln.Close()
+	if first {
+		s.closing.Store(true)
+		s.liveMu.Lock()
+		for g := range s.live {
+			g.Conn.SetReadDeadline(time.Now())
+			g.Conn.SetWriteDeadline(time.Now().Add(time.Second))
+		}
+		s.liveMu.Unlock()
+		if ln != nil {
+			s.srv.Close() // "not serving" until redcon has ln: closing ln ends it then
+			ln.Close()
+		}
 	}
 	s.wg.Wait()
 	s.stop()
 	return nil
 }
 
+// track adds or removes a connection of those Close must wake.
+func (s *Server) track(g *guardConn, add bool) {
+	s.liveMu.Lock()
+	defer s.liveMu.Unlock()
+	if add {
+		s.live[g] = struct{}{}
+	} else {
+		delete(s.live, g)
+	}
+}
+
 // session is one connection's state; only its goroutine touches it.
 type session struct {
+	g      *guardConn
 	id     int64
 	authed bool
 	proto  int // 2 or 3
@@ -170,8 +195,12 @@ type session struct {
 }
 
 func (s *Server) accept(c redcon.Conn) bool {
+	g, _ := c.NetConn().(*guardConn)
 	if s.conns.Add(1) > int64(s.lim.MaxConns) {
 		s.conns.Add(-1)
+		if g != nil {
+			s.track(g, false)
+		}
 		if s.cfg.OnConnRefused != nil {
 			s.cfg.OnConnRefused(c.RemoteAddr())
 		}
@@ -179,7 +208,8 @@ func (s *Server) accept(c redcon.Conn) bool {
 		return false
 	}
 	s.wg.Add(1)
-	c.SetContext(&session{id: s.ids.Add(1), authed: s.cfg.Password == "", proto: 2,
+	s.connWG.Add(1)
+	c.SetContext(&session{g: g, id: s.ids.Add(1), authed: s.cfg.Password == "", proto: 2,
 		party: s.cfg.InFlight.Join(s.cfg.Metrics, server.ListenerRESP)})
 	return true
 }
@@ -187,7 +217,11 @@ func (s *Server) accept(c redcon.Conn) bool {
 func (s *Server) closedConn(c redcon.Conn, _ error) {
 	if ss, ok := c.Context().(*session); ok {
 		ss.party.Leave()
+		if ss.g != nil {
+			s.track(ss.g, false)
+		}
 		s.conns.Add(-1)
+		s.connWG.Done()
 		s.wg.Done()
 	}
 }
