@@ -40,6 +40,8 @@ func (c Check) Validate() error {
 		return fmt.Errorf("unique_key is %d bytes, max %d", len(c.Key), MaxKeyLen)
 	case c.Rule.Algorithm.Gubernator():
 		return c.validateGubernatorHits()
+	case c.Rule.Algorithm == Cell:
+		return c.validateCellHits()
 	case c.Hits < 0:
 		return fmt.Errorf("hits must be >= 0, got %d", c.Hits)
 	case c.Hits > MaxHits:

@@ -27,11 +27,18 @@ const (
 	// values, never on shardlimiter's own client API, only between nodes.
 	GubernatorTokenBucket Algorithm = 5 // gubernator's TOKEN_BUCKET: a window from the first hit
 	GubernatorLeakyBucket Algorithm = 6 // gubernator's LEAKY_BUCKET: a balance leaking whole hits
-	numAlgorithms                   = 7
+	// redis-cell's GCRA (see cell.go): internal too, for the Redis protocol.
+	Cell Algorithm = 7 // redis-cell's CL.THROTTLE: GCRA with its own rounding
+)
+
+const (
+	numAlgorithms = 8
+	// MaxAlgorithm is the largest number nodes send each other.
+	MaxAlgorithm = Cell
 )
 
 var algorithmNames = [numAlgorithms]string{"TOKEN_BUCKET", "LEAKY_BUCKET", "FIXED_WINDOW", "SLIDING_WINDOW", "SLIDING_LOG",
-	"GUBERNATOR_TOKEN_BUCKET", "GUBERNATOR_LEAKY_BUCKET"}
+	"GUBERNATOR_TOKEN_BUCKET", "GUBERNATOR_LEAKY_BUCKET", "CELL"}
 
 // String returns the wire name, e.g. "TOKEN_BUCKET".
 func (a Algorithm) String() string {
@@ -139,6 +146,9 @@ func (r Rule) Capacity() int64 {
 func (r Rule) Validate() error {
 	if r.Algorithm.Gubernator() {
 		return r.validateGubernator()
+	}
+	if r.Algorithm == Cell {
+		return r.validateCell()
 	}
 	switch {
 	case r.Algorithm >= numAlgorithms:

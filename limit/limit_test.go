@@ -17,7 +17,7 @@ func TestRuleValidate(t *testing.T) {
 	}{
 		{"valid", func(*Rule) {}, ""},
 		{"every algorithm", func(r *Rule) { r.Algorithm = SlidingLog }, ""},
-		{"unknown algorithm", func(r *Rule) { r.Algorithm = 7 }, "unknown algorithm 7"},
+		{"unknown algorithm", func(r *Rule) { r.Algorithm = 8 }, "unknown algorithm 8"},
 		{"gubernator flag on a native rule", func(r *Rule) { r.Behavior = DrainOverLimit }, "unknown behavior flags 0x8"},
 		{"created_at on a native rule", func(r *Rule) { r.CreatedAt = 1 }, "created_at applies to the gubernator algorithms only"},
 		{"zero limit", func(r *Rule) { r.Limit = 0 }, "limit must be > 0"},

@@ -61,10 +61,13 @@ func TestSnapshotRestoresEveryAlgorithm(t *testing.T) {
 	dir, clk := t.TempDir(), newClock()
 	a, _ := newDurableNode(t, dir, clk)
 	rules := map[limit.Algorithm]limit.Rule{}
-	for _, alg := range append(limit.Algorithms(), limit.GubernatorAlgorithms()...) {
+	for _, alg := range append(limit.Algorithms(), append(limit.GubernatorAlgorithms(), limit.Cell)...) {
 		r := rule(alg, 10, time.Hour)
-		if alg == limit.LeakyBucket {
+		switch alg {
+		case limit.LeakyBucket:
 			r.Burst = 10
+		case limit.Cell:
+			r.Limit, r.Burst = 1, 9 // CL.THROTTLE k 9 1 3600
 		}
 		rules[alg] = r
 		spend(t, a, "k-"+alg.String(), r, 4)

@@ -105,6 +105,7 @@ var handoffAlgorithms = []limit.Rule{
 	{Algorithm: limit.LeakyBucket, Limit: 10, Period: time.Hour, Burst: 9},
 	rule(limit.GubernatorTokenBucket, 10, time.Hour),
 	rule(limit.GubernatorLeakyBucket, 10, time.Hour),
+	{Algorithm: limit.Cell, Limit: 1, Period: time.Hour, Burst: 9}, // CL.THROTTLE k 9 1 3600
 }
 
 // TestCountsSurviveJoin: keys counted on two nodes keep their counts when a

@@ -150,7 +150,7 @@ func (c tableCollector) Describe(ch chan<- *prometheus.Desc) {
 
 func (c tableCollector) Collect(ch chan<- prometheus.Metric) {
 	// The gubernator algorithms share one table, reported under the first.
-	for _, a := range append(limit.Algorithms(), limit.GubernatorTokenBucket) {
+	for _, a := range append(limit.Algorithms(), limit.GubernatorTokenBucket, limit.Cell) {
 		l := c.n.limiters[a]
 		ch <- prometheus.MustNewConstMetric(keysDesc, prometheus.GaugeValue, float64(l.Len()), a.String())
 		ch <- prometheus.MustNewConstMetric(evictedDesc, prometheus.CounterValue, float64(l.Evicted()), a.String(), "keys")

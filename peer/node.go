@@ -41,6 +41,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/shardlimiter/shardlimiter/bucket"
+	"github.com/shardlimiter/shardlimiter/cell"
 	"github.com/shardlimiter/shardlimiter/gubernator"
 	"github.com/shardlimiter/shardlimiter/limit"
 	"github.com/shardlimiter/shardlimiter/ring"
@@ -196,7 +197,7 @@ func (v *view) without(name string) *ring.Snapshot {
 type Node struct {
 	cfg      Config
 	log      *slog.Logger
-	limiters [7]limiter    // by limit.Algorithm (the gubernator pair share one table: gubernator.go)
+	limiters [8]limiter    // by limit.Algorithm (the gubernator pair share one table: gubernator.go)
 	budget   *table.Budget // nil without Config.MaxMemory
 	mv       *mover        // handoff, replication, snapshots (mover.go)
 	view     atomic.Pointer[view]
@@ -246,7 +247,7 @@ func New(cfg Config) (*Node, error) {
 		tc.Budget = n.budget
 	}
 	gub := gubernator.NewTable(tc)
-	n.limiters = [7]limiter{
+	n.limiters = [8]limiter{
 		limit.TokenBucket:           bucket.NewTokenBucket(tc),
 		limit.LeakyBucket:           bucket.NewLeakyBucket(tc),
 		limit.FixedWindow:           window.NewFixed(tc),
@@ -254,6 +255,7 @@ func New(cfg Config) (*Node, error) {
 		limit.SlidingLog:            window.NewLog(tc),
 		limit.GubernatorTokenBucket: gub,
 		limit.GubernatorLeakyBucket: gub.Leaky(),
+		limit.Cell:                  cell.NewTable(tc),
 	}
 	n.keyBufs.New = func() any { return &keyBuf{b: make([]byte, 0, 64), tally: ruleTally{rm: n.m.rules}} }
 	n.groups.seed = maphash.MakeSeed()

@@ -27,6 +27,7 @@ type proc struct {
 	cmd              *exec.Cmd
 	http, grpc, peer string
 	gubernatorHTTP   string // with --gubernator-http-addr
+	resp             string // with --resp-addr
 	stderr           *syncBuffer
 }
 
@@ -118,6 +119,9 @@ func startArgs(t testing.TB, bin, name string, args []string) *proc {
 		}
 		if v, ok := strings.CutPrefix(f, "gubernator_http="); ok {
 			p.gubernatorHTTP = v
+		}
+		if v, ok := strings.CutPrefix(f, "resp="); ok {
+			p.resp = v
 		}
 	}
 	return p

@@ -26,6 +26,7 @@ type config struct {
 	peerAddr      string
 	healthAddr    string // empty: no separate health listener
 	gubHTTPAddr   string // empty: no gubernator HTTP gateway
+	resp          respConfig
 	gossipAddr    string
 	gossipKeyFile string
 	peerTLS       tlsFiles
@@ -78,6 +79,10 @@ func newFlagSet(name string, out io.Writer) (*flag.FlagSet, map[string]*string) 
 	def("peer-addr", "", "gRPC listen address for other nodes only: forwarded checks and state transfer (Peers, State); default: the --grpc-addr host, port "+defaultPeerPort+" (:"+defaultPeerPort+" when --grpc-addr names no host)")
 	def("health-addr", "", "optional plain-HTTP listen address serving only /healthz and /readyz, for kubelet probes when the HTTP API uses TLS; empty = none")
 	def("gubernator-http-addr", "", "optional HTTP listen address of gubernator's gateway (POST /v1/GetRateLimits, GET /v1/HealthCheck, GET /v1/LiveCheck; docs/GUBERNATOR.md); empty = none. Its gRPC API, pb.gubernator.V1, is always on --grpc-addr")
+	def("resp-addr", "", "optional listen address of the Redis protocol: redis-cell's CL.THROTTLE, SL.CHECK and what Redis clients send on connect (docs/REDIS.md); under the client TLS when it is on; empty = none")
+	def("resp-password-file", "", "with --resp-addr: file holding the password AUTH must give (one line; read at start); empty = no AUTH")
+	def("resp-max-conns", "1000", "with --resp-addr: most open Redis-protocol connections; more are refused at accept")
+	def("resp-idle-timeout", "5m", "with --resp-addr: a connection that sends nothing for this long, or whose command is not whole this long after its first byte, is closed")
 	def("gossip-addr", ":7946", "gossip (memberlist) listen address, TCP and UDP")
 	def("gossip-key-file", "", "file of base64 AES keys (16, 24 or 32 bytes), one per line: the first encrypts, all decrypt; re-read when it changes or on SIGHUP; empty = gossip in plaintext")
 	def("peer-tls-cert-file", "", "PEM certificate this node presents to peers, both as server and as client (mTLS); reloaded when it changes")
@@ -172,6 +177,7 @@ func validate(raw map[string]*string, fromEnv map[string]bool) (config, error) {
 		peerAddr:      *raw["peer-addr"],
 		healthAddr:    *raw["health-addr"],
 		gubHTTPAddr:   *raw["gubernator-http-addr"],
+		resp:          respConfig{addr: *raw["resp-addr"], passwordFile: *raw["resp-password-file"]},
 		gossipAddr:    *raw["gossip-addr"],
 		gossipKeyFile: *raw["gossip-key-file"],
 		peerTLS:       tlsFiles{cert: *raw["peer-tls-cert-file"], key: *raw["peer-tls-key-file"], ca: *raw["peer-tls-ca-file"]},
@@ -200,6 +206,8 @@ func validate(raw map[string]*string, fromEnv map[string]bool) (config, error) {
 	c.replication = p.duration("replication-interval", false, "a duration like 100ms, or 0 for off")
 	c.handoff = p.duration("handoff-timeout", true, "a positive duration like 5s")
 	c.snapshotEvery = p.duration("snapshot-interval", true, "a positive duration like 10s")
+	c.resp.maxConns = p.positiveInt("resp-max-conns")
+	c.resp.idleTimeout = p.duration("resp-idle-timeout", true, "a positive duration like 5m")
 	p.tls(c)
 	c.rls = parseRLS(raw, p.bad)
 	c.metricsMaxRules = p.positiveInt("metrics-max-rules")
@@ -261,6 +269,9 @@ func (p *flagParser) addresses(c *config) {
 	}
 	if c.gubHTTPAddr != "" {
 		addrs = append(addrs, "gubernator-http-addr")
+	}
+	if c.resp.addr != "" {
+		addrs = append(addrs, "resp-addr")
 	}
 	for _, name := range addrs {
 		if _, port, err := net.SplitHostPort(*p.raw[name]); err != nil {

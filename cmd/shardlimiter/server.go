@@ -23,6 +23,7 @@ import (
 	"github.com/shardlimiter/shardlimiter/api/inspect"
 	"github.com/shardlimiter/shardlimiter/api/native"
 	"github.com/shardlimiter/shardlimiter/api/peers"
+	"github.com/shardlimiter/shardlimiter/api/resp"
 	"github.com/shardlimiter/shardlimiter/gossip"
 	"github.com/shardlimiter/shardlimiter/peer"
 	"github.com/shardlimiter/shardlimiter/statuspage"
@@ -44,6 +45,7 @@ type server struct {
 	peerLis   net.Listener
 	healthLis net.Listener // nil without --health-addr
 	gubLis    net.Listener // nil without --gubernator-http-addr
+	respLis   net.Listener // nil without --resp-addr
 	gossip    *gossip.Membership
 	node      *peer.Node
 	rls       *rlsServer        // rules and Envoy's rate-limit service (rls.go)
@@ -52,6 +54,7 @@ type server struct {
 	http      *http.Server
 	health    *http.Server // nil without --health-addr
 	gubHTTP   *http.Server // gubernator's gateway; nil without --gubernator-http-addr
+	resp      *resp.Server // the Redis protocol; nil without --resp-addr
 	grpcAddr  string       // advertised
 	peerAddr  string       // advertised
 }
@@ -91,11 +94,14 @@ func newServer(cfg config, log *slog.Logger) (s *server, err error) {
 		return nil, err
 	}
 	s.newListeners(b, reg)
+	if err = s.newRESP(b, reg); err != nil {
+		return nil, err
+	}
 	return s, nil
 }
 
 // bind opens the listeners of the flags; on error none is left open. The
-// health and gubernator-http listeners are off without their flag.
+// health, gubernator-http and resp listeners are off without their flag.
 func (s *server) bind() error {
 	for _, l := range []struct {
 		name, addr string
@@ -107,6 +113,7 @@ func (s *server) bind() error {
 		{"http", s.cfg.httpAddr, false, &s.httpLis},
 		{"health", s.cfg.healthAddr, true, &s.healthLis},
 		{"gubernator-http", s.cfg.gubHTTPAddr, true, &s.gubLis},
+		{"resp", s.cfg.resp.addr, true, &s.respLis},
 	} {
 		if l.optional && l.addr == "" {
 			continue
@@ -123,7 +130,7 @@ func (s *server) bind() error {
 
 // closeListeners closes the listeners bind opened.
 func (s *server) closeListeners() {
-	for _, l := range []net.Listener{s.grpcLis, s.peerLis, s.httpLis, s.healthLis, s.gubLis} {
+	for _, l := range []net.Listener{s.grpcLis, s.peerLis, s.httpLis, s.healthLis, s.gubLis, s.respLis} {
 		if l != nil {
 			l.Close()
 		}
@@ -242,7 +249,7 @@ func (s *server) newListeners(b bounds, reg *prometheus.Registry) {
 	inspect.RegisterHTTP(h, inspector)
 	s.rls.svc.RegisterHTTP(h)
 	h.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}), http.MethodGet, http.MethodHead)
-	h.HandleView("/v1/cluster", func(*http.Request) any { return s.node.Cluster() })
+	h.HandleView("/v1/cluster", func(*http.Request) any { return s.clusterPage() })
 	h.HandleView("/v1/cluster/rings", func(r *http.Request) any { return s.node.Rings(r.Context()) })
 	s.newHTTPServers(h, gub)
 }
@@ -352,7 +359,7 @@ func (s *server) serve(ctx context.Context, stdout io.Writer) error {
 	nodeCtx, stopNode := context.WithCancel(context.Background())
 	defer stopNode()
 	var wg sync.WaitGroup
-	errc := make(chan error, 5)
+	errc := make(chan error, 6)
 	wg.Go(func() {
 		if err := s.node.Run(nodeCtx); err != nil {
 			errc <- fmt.Errorf("node: %w", err)
@@ -383,6 +390,13 @@ func (s *server) serve(ctx context.Context, stdout io.Writer) error {
 		wg.Go(func() {
 			if err := h.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				errc <- fmt.Errorf("%s: %w", name, err)
+			}
+		})
+	}
+	if s.resp != nil {
+		wg.Go(func() {
+			if err := s.resp.Serve(s.respLis); err != nil {
+				errc <- fmt.Errorf("resp: %w", err)
 			}
 		})
 	}
@@ -437,6 +451,9 @@ func (s *server) stopServers() {
 				h.Close()
 			}
 		})
+	}
+	if s.resp != nil {
+		wg.Go(func() { s.resp.Close() })
 	}
 	for _, g := range []*tserver.Listener{s.grpc, s.peers} {
 		wg.Go(func() {
@@ -527,6 +544,9 @@ func (s *server) printServing(stdout io.Writer) {
 	}
 	if s.gubLis != nil {
 		addrs = append(addrs, "gubernator_http", s.gubLis.Addr().String())
+	}
+	if s.respLis != nil {
+		addrs = append(addrs, "resp", s.respAddr())
 	}
 	if s.cfg.logFormat == "json" {
 		slog.New(slog.NewJSONHandler(stdout, &slog.HandlerOptions{ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {

@@ -30,6 +30,7 @@ import (
 // served is a shardlimiter started by run() in this process.
 type served struct {
 	http, grpc, peer, health string
+	resp                     string // with --resp-addr
 	stop                     context.CancelFunc
 	exit                     chan int
 	stderr                   *syncBuffer
@@ -81,6 +82,9 @@ func serve(t testing.TB, extra ...string) *served {
 		}
 		if v, ok := strings.CutPrefix(f, "health="); ok {
 			s.health = v
+		}
+		if v, ok := strings.CutPrefix(f, "resp="); ok {
+			s.resp = v
 		}
 	}
 	t.Cleanup(func() {

@@ -43,7 +43,8 @@ var allowed = map[string][]string{
 	"api/peers":            {"limit", "transport", "transport/pb", "transport/server", "transport/wire"},
 	"api/gubernator":       {"limit", "transport", "transport/server", "transport/wire", "api/gubernator/gubpb"},
 	"api/gubernator/gubpb": {},
-	"peer":                 {"limit", "table", "bucket", "window", "ring", "transport", "transport/dial", "snapshot", "gubernator", "internal/cowmap"},
+	"api/resp":             {"limit", "transport", "transport/server"},
+	"peer":                 {"limit", "table", "bucket", "window", "ring", "transport", "transport/dial", "snapshot", "gubernator", "cell", "internal/cowmap"},
 	"cmd/shardlimiter":     {"*"},
 	"loadtest":             {"limit", "transport", "transport/dial", "transport/server", "api/native", "api/gubernator/gubpb", "internal/wide", "client"},
 	"internal/archtest":    {},
@@ -89,6 +90,8 @@ var allowed = map[string][]string{
 	// gubernator's TOKEN_BUCKET and LEAKY_BUCKET, for the drop-in of its
 	// API: a leaf like bucket and window.
 	"gubernator": {"limit", "table"},
+	// redis-cell's GCRA, for CL.THROTTLE on the Redis protocol: a leaf too.
+	"cell": {"limit", "table"},
 }
 
 // thirdParty lists, for the packages that are restricted, the modules
@@ -104,6 +107,8 @@ var thirdParty = map[string][]string{
 	"api/inspect":      {"google.golang.org/grpc", "google.golang.org/protobuf"},
 	"api/peers":        {"google.golang.org/grpc", "google.golang.org/protobuf"},
 	"api/gubernator":   {"google.golang.org/grpc", "google.golang.org/protobuf"},
+	// The Redis protocol: RESP through redcon, no gRPC.
+	"api/resp": {"github.com/tidwall/redcon"},
 
 	"transport/wire": {"google.golang.org/protobuf/encoding/protowire"},
 
@@ -121,7 +126,7 @@ var thirdParty = map[string][]string{
 
 // leaves never read the clock, log or start goroutines (docs/ARCHITECTURE.md):
 // time is the caller's now, and their callers own every goroutine.
-var leaves = map[string]bool{"limit": true, "table": true, "internal/wide": true, "internal/statebytes": true, "internal/cowmap": true, "bucket": true, "window": true, "gubernator": true, "ring": true, "rules": true}
+var leaves = map[string]bool{"limit": true, "table": true, "internal/wide": true, "internal/statebytes": true, "internal/cowmap": true, "bucket": true, "window": true, "gubernator": true, "cell": true, "ring": true, "rules": true}
 
 func TestImportDirection(t *testing.T) {
 	root, err := filepath.Abs("../..")

@@ -173,6 +173,10 @@ function showCluster(c, rings) {
   }));
   for (const [i, tr] of [...$("members").tBodies[0].rows].entries()) tr.dataset.member = members[i].name;
 
+  const ports = [`gRPC ${c.grpc_addr}`, `peer ${c.peer_addr}`];
+  if (c.resp_addr) ports.push(`Redis protocol ${c.resp_addr}`);
+  $("ports").textContent = ports.join(", ");
+
   const h = c.handoff || {};
   const moving = Object.entries(h).filter(([, n]) => n > 0);
   $("handoff").textContent = moving.length ? moving.map(([k, n]) => `${n} partitions ${k}`).join(", ") : "none in progress";

@@ -88,9 +88,10 @@ import (
 
 // fairShares is the fair accounting of an InFlight (see above).
 type fairShares struct {
-	mu    sync.Mutex
-	conns map[weak.Pointer[peer.Peer]]*holder // open gRPC connections
-	addrs map[netip.Addr]*holder              // HTTP clients with calls in flight
+	mu     sync.Mutex
+	conns  map[weak.Pointer[peer.Peer]]*holder // open gRPC connections
+	addrs  map[netip.Addr]*holder              // HTTP clients with calls in flight
+	joined int                                 // open Parties (party.go)
 }
 
 // holder is one party sharing the bound. Its fields are guarded by
@@ -161,7 +162,7 @@ func fairAdmits(limit, total, own, held, units int64, parties int) bool {
 // takeLocked tries to add units to t under the rule; f.mu is held.
 func (b *InFlight) takeLocked(t *ticket, units int64) bool {
 	f, h := b.fair, t.h
-	parties := len(f.conns) + len(f.addrs)
+	parties := len(f.conns) + len(f.addrs) + f.joined
 	for {
 		cur := b.n.Load() // callers without a holder change it without the lock
 		if !fairAdmits(b.limit, cur, t.units, h.held, units, parties) {
@@ -230,7 +231,7 @@ func (b *InFlight) reserveConn(ctx context.Context) (context.Context, bool) {
 		t.h.est = max(1, min(firstEstimate, b.limit/16))
 	}
 	if est := t.h.est; est < headerCharge {
-		ok := fairAdmits(b.limit, b.n.Load(), 0, t.h.held, est, len(f.conns)+len(f.addrs))
+		ok := fairAdmits(b.limit, b.n.Load(), 0, t.h.held, est, len(f.conns)+len(f.addrs)+f.joined)
 		f.mu.Unlock()
 		return ctx, ok
 	}
@@ -389,7 +390,7 @@ func (b *InFlight) Holders() int {
 	}
 	b.fair.mu.Lock()
 	defer b.fair.mu.Unlock()
-	return len(b.fair.conns) + len(b.fair.addrs)
+	return len(b.fair.conns) + len(b.fair.addrs) + b.fair.joined
 }
 
 // httpUnits is what an HTTP call with a body of length bytes (-1:

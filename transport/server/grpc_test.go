@@ -129,7 +129,7 @@ func TestGRPCPeers(t *testing.T) {
 	_, target, dialer := startGRPC(t, testConfig{Checker: client, Local: local})
 	rpc := pb.NewPeersClient(dialConn(t, target, dialer))
 	resp, err := rpc.ForwardRateLimits(ctxTimeout(t), &pb.ForwardRateLimitsRequest{
-		Requests: []*pb.RateLimitRequest{wireReq("a", 1, nil), wireReq("b", 1, func(r *pb.RateLimitRequest) { r.Algorithm = 7 })}})
+		Requests: []*pb.RateLimitRequest{wireReq("a", 1, nil), wireReq("b", 1, func(r *pb.RateLimitRequest) { r.Algorithm = 8 })}})
 	if err != nil {
 		t.Fatalf("ForwardRateLimits = %v", err)
 	}
@@ -137,8 +137,8 @@ func TestGRPCPeers(t *testing.T) {
 		t.Errorf("ForwardRateLimits answered by %q with item metadata %v, want owner %q named once",
 			owner, resp.GetResponses()[0].GetMetadata(), "local")
 	}
-	if e := resp.GetResponses()[1].GetError(); e != "unknown algorithm 7" {
-		t.Errorf("ForwardRateLimits bad item error = %q, want %q", e, "unknown algorithm 7")
+	if e := resp.GetResponses()[1].GetError(); e != "unknown algorithm 8" {
+		t.Errorf("ForwardRateLimits bad item error = %q, want %q", e, "unknown algorithm 8")
 	}
 	if n := len(client.Got()); n != 0 {
 		t.Errorf("client-facing transport.Checker got %d calls from Peers, want 0", n)

@@ -34,6 +34,7 @@ const (
 	listenerGRPC = iota
 	listenerHTTP
 	listenerPeer
+	listenerRESP
 	numListeners
 )
 
@@ -45,7 +46,7 @@ const (
 )
 
 var (
-	listenerNames     = [numListeners]string{ListenerGRPC, ListenerHTTP, ListenerPeer}
+	listenerNames     = [numListeners]string{ListenerGRPC, ListenerHTTP, ListenerPeer, ListenerRESP}
 	shedResourceNames = [numShedResources]string{"checks", "body_bytes"}
 )
 
@@ -60,7 +61,7 @@ const (
 const (
 	// numAlgorithmLabels covers every limit.Algorithm plus "unknown" (last),
 	// for items whose algorithm did not convert.
-	numAlgorithmLabels = int(limit.GubernatorLeakyBucket) + 2
+	numAlgorithmLabels = int(limit.MaxAlgorithm) + 2
 	algorithmUnknown   = numAlgorithmLabels - 1
 	numReasonLabels    = int(limit.NotOwner) + 1
 )
@@ -93,7 +94,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m.bindItems(checks, itemErrors)
 	sheds := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "shardlimiter", Subsystem: "transport", Name: "shed_total",
-		Help: "Calls refused at once for overload (RESOURCE_EXHAUSTED / HTTP 429), by listener (grpc, http, peer) and resource: checks (the in-flight bound) or body_bytes (the HTTP request-body bound).",
+		Help: "Calls refused at once for overload (RESOURCE_EXHAUSTED / HTTP 429), by listener (grpc, http, peer, resp) and resource: checks (the in-flight bound) or body_bytes (the HTTP request-body bound).",
 	}, []string{"listener", "resource"})
 	for l, ln := range listenerNames {
 		for r, rn := range shedResourceNames {
@@ -210,6 +211,15 @@ func (c *Calls) ObserveHTTP(status int, items int, d time.Duration) {
 		return
 	}
 	c.observe(status == 200, func() string { return strconv.Itoa(status) }, items, d)
+}
+
+// ObserveCode records one call of a protocol with codes of its own (the
+// Redis protocol's: "OK", or the error's first word) of items checks.
+func (c *Calls) ObserveCode(code string, items int, d time.Duration) {
+	if c == nil {
+		return
+	}
+	c.observe(code == "OK", func() string { return code }, items, d)
 }
 
 func (c *Calls) observe(ok bool, code func() string, items int, d time.Duration) {

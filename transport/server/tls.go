@@ -21,6 +21,9 @@ const (
 	// ListenerGubernatorHTTP is gubernator's HTTP gateway
 	// (--gubernator-http-addr), under the client TLS like ListenerHTTP.
 	ListenerGubernatorHTTP = "gubernator-http"
+	// ListenerRESP is the Redis protocol's listener (--resp-addr), under
+	// the client TLS too.
+	ListenerRESP = "resp"
 )
 
 // HandshakeTimeout bounds a TLS handshake on a listener of this package:

@@ -80,7 +80,7 @@ func RequestOf(c *limit.Check) Request {
 func (r *Request) Check() (limit.Check, error) { return r.check(false) }
 
 // check is Check; internal accepts what only nodes send each other (see
-// Checks.Internal): the gubernator algorithms, whose duration may be 0,
+// Checks.Internal): the gubernator algorithms and Cell, whose duration may be 0,
 // their behavior flags, and created_at_ms.
 func (r *Request) check(internal bool) (limit.Check, error) {
 	if r.algorithmOf(internal) == UnknownAlgorithm {
@@ -97,9 +97,13 @@ func (r *Request) check(internal bool) (limit.Check, error) {
 		return limit.Check{}, fmt.Errorf("created_at_ms is not a field of this API")
 	}
 	minPeriod := int64(1)
-	if limit.Algorithm(r.Algorithm).Gubernator() {
-		if r.DurationMs < 0 || r.DurationMs > limit.MaxGubernatorDuration.Milliseconds() {
-			return limit.Check{}, fmt.Errorf("duration_ms must be in [0, %d], got %d", limit.MaxGubernatorDuration.Milliseconds(), r.DurationMs)
+	if a := limit.Algorithm(r.Algorithm); a.Gubernator() || a == limit.Cell {
+		top := limit.MaxGubernatorDuration
+		if a == limit.Cell {
+			top = limit.MaxCellPeriod
+		}
+		if r.DurationMs < 0 || r.DurationMs > top.Milliseconds() {
+			return limit.Check{}, fmt.Errorf("duration_ms must be in [0, %d], got %d", top.Milliseconds(), r.DurationMs)
 		}
 		minPeriod = 0
 	}
@@ -147,7 +151,7 @@ func (r *Request) check(internal bool) (limit.Check, error) {
 func (r *Request) algorithmOf(internal bool) limit.Algorithm {
 	top := int32(limit.SlidingLog)
 	if internal {
-		top = int32(limit.GubernatorLeakyBucket)
+		top = int32(limit.MaxAlgorithm)
 	}
 	if r.Algorithm < 0 || r.Algorithm > top {
 		return UnknownAlgorithm

@@ -216,7 +216,7 @@ func (d *pushDecoder) key(s []byte) error {
 	if err != nil {
 		return err
 	}
-	if alg < 0 || alg > int32(limit.GubernatorLeakyBucket) { // the gubernator algorithms' numbers are internal: nodes move their keys too
+	if alg < 0 || alg > int32(limit.MaxAlgorithm) { // the gubernator and Cell algorithms' numbers are internal: nodes move their keys too
 		return fmt.Errorf("transport: key state %d: unknown algorithm %d", len(d.p.Keys), alg)
 	}
 	ks := limit.KeyState{Algorithm: limit.Algorithm(alg)}
