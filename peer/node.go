@@ -138,6 +138,18 @@ type Config struct {
 	// Each name costs five series (~1.5 KiB) on every node and in the
 	// monitoring system.
 	MetricsMaxRules int
+	// Leases turns leases on (lease.go, leasehold.go): this node grants
+	// shares of the keys it owns to the nodes that ask, and asks for them
+	// for the keys it forwards at more than LeaseThreshold checks per
+	// second, then decides their checks itself. A grant is a debit of the
+	// key's state, so every decider together admits no more than the owner
+	// alone would. Off, this node neither grants nor asks.
+	Leases bool
+	// LeaseThreshold is the rate, in checks per second this node forwards
+	// for one key, above which it asks the key's owner for a lease; 0
+	// means DefaultLeaseThreshold. Lower decides more keys here, at the
+	// cost of lease calls for keys that are barely warm.
+	LeaseThreshold float64
 	// Registerer receives the node's metrics; nil registers nothing.
 	Registerer prometheus.Registerer
 	// Logger receives the node's logs; nil discards them.
@@ -198,7 +210,8 @@ type Node struct {
 	log      *slog.Logger
 	limiters [7]limiter    // by limit.Algorithm (the gubernator pair share one table: gubernator.go)
 	budget   *table.Budget // nil without Config.MaxMemory
-	mv       *mover        // handoff, replication, snapshots (mover.go)
+	mv       *mover        // handoff, replication, snapshots, granted leases (mover.go)
+	lh       *leaseHolder  // leases held here (leasehold.go); nil without Config.Leases
 	view     atomic.Pointer[view]
 	// rebuildMu serializes rebuilds (the membership watcher and Leave), so
 	// that one which read leaving as false cannot store its ring after
@@ -230,6 +243,10 @@ type Node struct {
 	readyWake chan struct{} // Ready may have changed
 }
 
+// DefaultLeaseThreshold is Config.LeaseThreshold's default, in checks per
+// second of one key.
+const DefaultLeaseThreshold = 100
+
 // New returns a node. It starts nothing.
 func New(cfg Config) (*Node, error) {
 	cfg, err := cfg.withDefaults()
@@ -239,6 +256,9 @@ func New(cfg Config) (*Node, error) {
 	n := &Node{cfg: cfg, log: cfg.Logger, keysWake: make(chan struct{}, 1), readyWake: make(chan struct{}, 1)}
 	n.m = newMetrics(cfg.Registerer, n, cfg.MetricsMaxRules)
 	n.mv = newMover(cfg, nodeHost{n}, n.log, n.m)
+	if cfg.Leases {
+		n.lh = newLeaseHolder(n, cfg.LeaseThreshold)
+	}
 	tc := table.Config{MaxKeys: cfg.MaxKeys, TrackChanges: cfg.ReplicationInterval > 0,
 		OnFirstKey: func() { wake(n.keysWake) }, OnChange: func() { wake(n.mv.changesWake) }}
 	if cfg.MaxMemory > 0 {
@@ -303,6 +323,9 @@ func (cfg Config) withDefaults() (Config, error) {
 	}
 	if cfg.HandoffTimeout <= 0 {
 		cfg.HandoffTimeout = 5 * time.Second
+	}
+	if cfg.LeaseThreshold <= 0 {
+		cfg.LeaseThreshold = DefaultLeaseThreshold
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -520,6 +543,11 @@ func (n *Node) Leave() error {
 		return nil
 	}
 	wake(n.readyWake)
+	if n.lh != nil {
+		// Before the handoff: the owners credit the releases while they
+		// still decide the keys.
+		n.lh.releaseAll()
+	}
 	g := n.cfg.Gossip
 	if g == nil {
 		return nil

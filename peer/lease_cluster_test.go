@@ -1,0 +1,116 @@
+package peer
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/shardlimiter/shardlimiter/internal/poll"
+	"github.com/shardlimiter/shardlimiter/limit"
+)
+
+// leaseLoad runs callers on a node until stop is closed: single checks of
+// one hit of key under r, counting what is admitted.
+type leaseLoad struct {
+	admitted atomic.Int64
+	sent     atomic.Int64
+	wg       sync.WaitGroup
+}
+
+func (l *leaseLoad) run(t *testing.T, tn *testNode, r limit.Rule, key string, callers int, stop <-chan struct{}) {
+	for range callers {
+		l.wg.Go(func() {
+			c := []limit.Check{{Name: "quota", Key: key, Hits: 1, Rule: r}}
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				res, err := tn.node.Check(context.Background(), c)
+				if err != nil {
+					t.Errorf("Check on %s: %v", tn.name, err)
+					return
+				}
+				if res[0].Error != "" {
+					t.Errorf("check on %s: item error %q", tn.name, res[0].Error)
+					return
+				}
+				l.sent.Add(1)
+				if res[0].Allowed {
+					l.admitted.Add(1)
+				}
+			}
+		})
+	}
+}
+
+// leaseDecisions sums the checks decided from leases on every node the
+// cluster ran.
+func (c *testCluster) leaseDecisions() float64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	sum := 0.0
+	for _, tn := range c.nodes {
+		sum += counterValue(tn.node.m.leaseDecisions)
+	}
+	return sum
+}
+
+// leaseGrants sums the grants made on every node the cluster ran.
+func (c *testCluster) leaseGrants() float64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	sum := 0.0
+	for _, tn := range c.nodes {
+		sum += counterValue(tn.node.m.leaseGranted)
+	}
+	return sum
+}
+
+// leasesHeld sums the hits held in leases, as lessees and as owners, on
+// the running nodes.
+func (c *testCluster) leasesHeld() int64 {
+	var sum int64
+	for _, tn := range c.running() {
+		sum += tn.node.mv.leases.heldHits(tn.node.cfg.Now().UnixNano())
+		if tn.node.lh != nil {
+			sum += tn.node.lh.held.Load()
+		}
+	}
+	return sum
+}
+
+// One hot key, callers on every node, leases on: the nodes decide most
+// checks from leases, and everything admitted together is exactly the
+// key's capacity (its refill, ten hits an hour, adds nothing during
+// the test): not one hit over. Once the leases have ended and their leftovers
+// are credited back, the owner admits what is left, and the total is the
+// capacity exactly.
+func TestLeasesExactOnMemNet(t *testing.T) {
+	const capacity = 200_000
+	r := limit.Rule{Algorithm: limit.TokenBucket, Limit: 10, Period: time.Hour, Burst: capacity}
+	c := newMemCluster(t, 3, Config{Leases: true, LeaseThreshold: 1, ReplicationInterval: 100 * time.Millisecond, Peer: exactPeer})
+	before := c.degraded()
+	var load leaseLoad
+	stop := make(chan struct{})
+	for _, tn := range c.running() {
+		load.run(t, tn, r, "k", 2, stop)
+	}
+	poll.Until(t, 30*time.Second, func() bool { return load.sent.Load() >= 3*capacity/2 }, "the load runs past the capacity")
+	close(stop)
+	load.wg.Wait()
+	got := load.admitted.Load()
+	if got > capacity {
+		t.Fatalf("admitted %d of a capacity of %d: %d over", got, capacity, got-capacity)
+	}
+	if d, g := c.leaseDecisions(), c.leaseGrants(); d == 0 || g == 0 {
+		t.Fatalf("%.0f grants, %.0f checks decided from leases: the test proves nothing (sent %d)", g, d, load.sent.Load())
+	}
+	poll.Until(t, 10*time.Second, func() bool { return c.leasesHeld() == 0 }, "every lease ends")
+	rest := c.spend(c.running()[0], []string{"k"}, r, capacity)
+	c.assertExact("admitted, then the rest after the leases ended", int(got)+rest, capacity, before)
+	t.Logf("admitted %d under load (%.0f grants, %.0f checks decided from leases), %d after", got, c.leaseGrants(), c.leaseDecisions(), rest)
+}
