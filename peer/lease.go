@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 
@@ -22,8 +23,10 @@ import (
 //   - a grant is answered only once the debited state has reached the
 //     key's replica holder (replicateGrant): an owner that crashes after a
 //     grant leaves a replica that holds it;
-//   - a release credits back at most the hits of a grant this node holds
-//     in its book, once: the record goes in the same step. A release that
+//   - a release credits back what the lessee took out of use (its
+//     leftover, which it never spends afterwards), at most the hits of the
+//     lessee's grants of the key in this node's book, and removes those
+//     records in the same step: no hit is credited twice. A release that
 //     finds no record is dropped, and the hits stay spent (under-admission
 //     of at most one lease, never over-admission).
 //
@@ -33,6 +36,10 @@ const (
 	// leaseTTL is how long a grant lives, from the lessee's request. A
 	// lessee that crashes holds its hits unused for at most this long.
 	leaseTTL = 500 * time.Millisecond
+	// leaseGrace is how long past a grant's end its record is kept for
+	// the lessee's release to find: the lessee stops deciding from it at
+	// the TTL, and its release may take a while to arrive.
+	leaseGrace = leaseTTL
 	// leaseReplicaTimeout bounds the push of a debited state to the key's
 	// replica holder before a grant is answered.
 	leaseReplicaTimeout = 250 * time.Millisecond
@@ -72,13 +79,13 @@ type leaseBook struct {
 	mu        sync.Mutex
 	next      uint64                    // the last id given; guarded by mu
 	recs      map[uint64]*leaseRecord   // guarded by mu
-	lessees   map[string]map[string]int // key → lessee → records; guarded by mu
+	lessees   map[string]map[string][]uint64 // key → lessee → its grants; guarded by mu
 	held      int64                     // hits of recs; guarded by mu
 	lastPrune int64                     // guarded by mu
 }
 
 func newLeaseBook() *leaseBook {
-	return &leaseBook{next: rand.Uint64() >> 1, recs: map[uint64]*leaseRecord{}, lessees: map[string]map[string]int{}}
+	return &leaseBook{next: rand.Uint64() >> 1, recs: map[uint64]*leaseRecord{}, lessees: map[string]map[string][]uint64{}}
 }
 
 // add records a grant and returns its id.
@@ -93,30 +100,56 @@ func (b *leaseBook) add(rec *leaseRecord) uint64 {
 	b.held += rec.hits
 	m := b.lessees[rec.key]
 	if m == nil {
-		m = map[string]int{}
+		m = map[string][]uint64{}
 		b.lessees[rec.key] = m
 	}
-	m[rec.lessee]++
+	m[rec.lessee] = append(m[rec.lessee], b.next)
 	return b.next
 }
 
-// take removes the grant id of lessee on key and returns it, or nil.
-func (b *leaseBook) take(id uint64, lessee, key string) *leaseRecord {
+// take removes every grant of lessee on key, provided id is one of them,
+// and returns the last one's rule and the hits of them all. A lessee pools
+// the hits of its grants of a key, so what it gives back may come from
+// any of them.
+func (b *leaseBook) take(id uint64, lessee, key string) (r limit.Rule, hits int64, ok bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	rec := b.recs[id]
 	if rec == nil || rec.lessee != lessee || rec.key != key {
-		return nil
+		return r, 0, false
+	}
+	for _, id := range slices.Clone(b.lessees[key][lessee]) { // removeLocked edits the list
+		hits += b.recs[id].hits
+		b.removeLocked(id, b.recs[id])
+	}
+	return rec.rule, hits, true
+}
+
+// takeOne removes the grant id of lessee on key alone, and returns its
+// rule and hits.
+func (b *leaseBook) takeOne(id uint64, lessee, key string) (r limit.Rule, hits int64, ok bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	rec := b.recs[id]
+	if rec == nil || rec.lessee != lessee || rec.key != key {
+		return r, 0, false
 	}
 	b.removeLocked(id, rec)
-	return rec
+	return rec.rule, rec.hits, true
 }
 
 func (b *leaseBook) removeLocked(id uint64, rec *leaseRecord) {
 	delete(b.recs, id)
 	b.held -= rec.hits
 	m := b.lessees[rec.key]
-	if m[rec.lessee]--; m[rec.lessee] <= 0 {
+	ids := m[rec.lessee]
+	for i, x := range ids {
+		if x == id {
+			ids = append(ids[:i], ids[i+1:]...)
+			break
+		}
+	}
+	if m[rec.lessee] = ids; len(ids) == 0 {
 		delete(m, rec.lessee)
 	}
 	if len(m) == 0 {
@@ -204,15 +237,15 @@ func (mv *mover) lease(ctx context.Context, r limit.LeaseRequest) (limit.LeaseGr
 // release credits back what the lessee left of its grant r.Release. Under
 // deciding, for a key this node decides.
 func (mv *mover) release(r limit.LeaseRequest, now int64) int64 {
-	rec := mv.leases.take(r.Release, r.From, r.Key)
-	if rec == nil {
+	rule, hits, ok := mv.leases.take(r.Release, r.From, r.Key)
+	if !ok {
 		return 0
 	}
 	cr, ok := mv.host.tables()[limit.TokenBucket].(creditor)
 	if !ok || r.Leftover <= 0 {
 		return 0
 	}
-	got := cr.Credit(r.Key, now, rec.rule, min(r.Leftover, rec.hits))
+	got := cr.Credit(r.Key, now, rule, min(r.Leftover, hits))
 	mv.m.leaseReleased.Inc()
 	return got
 }
@@ -238,7 +271,7 @@ func (mv *mover) grantLocked(r limit.LeaseRequest, now int64, g limit.LeaseGrant
 	if d := tb.Take(r.Key, now, r.Rule, size); !d.Allowed {
 		return g // taken meanwhile
 	}
-	g.ID = mv.leases.add(&leaseRecord{key: r.Key, lessee: r.From, rule: r.Rule, hits: size, expires: now + int64(leaseTTL)})
+	g.ID = mv.leases.add(&leaseRecord{key: r.Key, lessee: r.From, rule: r.Rule, hits: size, expires: now + int64(leaseTTL+leaseGrace)})
 	g.Hits, g.TTL = size, leaseTTL
 	return g
 }
@@ -259,12 +292,12 @@ func (mv *mover) undoGrant(r limit.LeaseRequest, id uint64) {
 	ho := mv.host.marks()
 	ho.deciding.RLock()
 	defer ho.deciding.RUnlock()
-	rec := mv.leases.take(id, r.From, r.Key)
-	if rec == nil || mv.host.decider(mv.host.ringView(), uniqueKeyOf(r.Key)) != "" {
+	rule, hits, ok := mv.leases.takeOne(id, r.From, r.Key)
+	if !ok || mv.host.decider(mv.host.ringView(), uniqueKeyOf(r.Key)) != "" {
 		return
 	}
 	if cr, ok := mv.host.tables()[limit.TokenBucket].(creditor); ok {
-		cr.Credit(r.Key, mv.cfg.Now().UnixNano(), rec.rule, rec.hits)
+		cr.Credit(r.Key, mv.cfg.Now().UnixNano(), rule, hits)
 	}
 }
 

@@ -114,3 +114,71 @@ func TestLeasesExactOnMemNet(t *testing.T) {
 	c.assertExact("admitted, then the rest after the leases ended", int(got)+rest, capacity, before)
 	t.Logf("admitted %d under load (%.0f grants, %.0f checks decided from leases), %d after", got, c.leaseGrants(), c.leaseDecisions(), rest)
 }
+
+// The same through churn with leases outstanding: a node joins, the key's
+// owner leaves gracefully (its keys, debits included, go to the new
+// owner), and a lessee crashes holding a lease (its hits stay spent:
+// under-admission of at most its lease). Each change waits for a lease
+// to be out. Nothing is admitted over the capacity.
+func TestLeasesExactThroughChurnOnMemNet(t *testing.T) {
+	const capacity = 1_000_000
+	r := limit.Rule{Algorithm: limit.TokenBucket, Limit: 100, Period: time.Hour, Burst: capacity}
+	c := newMemCluster(t, 3, Config{Leases: true, LeaseThreshold: 1, ReplicationInterval: 100 * time.Millisecond, Peer: exactPeer})
+	before := c.degraded()
+	var load leaseLoad
+	stops := map[*testNode]chan struct{}{}
+	start := func(tn *testNode) {
+		stops[tn] = make(chan struct{})
+		load.run(t, tn, r, "k", 2, stops[tn])
+	}
+	for _, tn := range c.running() {
+		start(tn)
+	}
+	holder := func() *testNode {
+		owner := c.running()[0].node.view.Load().snap.Owner("k").Name
+		for _, tn := range c.running() {
+			if tn.name != owner && tn.node.lh.held.Load() > 0 {
+				return tn
+			}
+		}
+		return nil
+	}
+	outstanding := func(what string) {
+		poll.Until(t, 30*time.Second, func() bool { return holder() != nil }, "a lease outstanding before %s", what)
+	}
+	outstanding("the join")
+	start(c.add())
+	outstanding("the owner leaves")
+	ownerName := c.running()[0].node.view.Load().snap.Owner("k").Name
+	for _, tn := range c.running() {
+		if tn.name == ownerName {
+			close(stops[tn])
+			c.leave(tn)
+		}
+	}
+	c.signal()
+	c.waitConverged()
+	outstanding("a lessee crashes")
+	lessee := holder()
+	close(stops[lessee])
+	lost := lessee.node.lh.held.Load()
+	c.crash(lessee)
+	c.signal()
+	c.waitConverged()
+	poll.Until(t, 60*time.Second, func() bool { return load.sent.Load()-load.admitted.Load() >= capacity/10 }, "the key is spent")
+	for tn, stop := range stops {
+		if !tn.down {
+			close(stop)
+		}
+	}
+	load.wg.Wait()
+	got := load.admitted.Load()
+	if got > capacity {
+		if d := c.degraded() - before; d == 0 {
+			t.Fatalf("admitted %d of a capacity of %d: %d over, with no timeout, fallback or incomplete handoff", got, capacity, got-capacity)
+		}
+		t.Logf("admitted %d of %d: over after %v degraded decisions (timeouts on a loaded machine)", got, capacity, c.degraded()-before)
+	}
+	t.Logf("admitted %d of %d, %d under (%.0f grants, %.0f checks from leases; the crashed lessee held %d)",
+		got, capacity, capacity-got, c.leaseGrants(), c.leaseDecisions(), lost)
+}

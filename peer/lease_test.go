@@ -141,3 +141,34 @@ func TestLeaseSizesAndRefusals(t *testing.T) {
 		t.Fatalf("a grant whose replica failed was not given back: %+v", d)
 	}
 }
+
+// A lessee pools its grants of a key: its release is credited against all
+// of them, and only once.
+func TestLeaseReleaseCoversPooledGrants(t *testing.T) {
+	mv, h, clk, key, _ := leaseOwner(t)
+	r := rule(limit.TokenBucket, 100, time.Hour)
+	ctx := context.Background()
+	g1, _ := mv.lease(ctx, limit.LeaseRequest{From: "b", Key: key, Rule: r, Want: 4})
+	g2, _ := mv.lease(ctx, limit.LeaseRequest{From: "b", Key: key, Rule: r, Want: 3})
+	g3, _ := mv.lease(ctx, limit.LeaseRequest{From: "c", Key: key, Rule: r, Want: 5})
+	if g1.Hits != 4 || g2.Hits != 3 || g3.Hits != 5 {
+		t.Fatalf("grants %d, %d, %d; want 4, 3, 5", g1.Hits, g2.Hits, g3.Hits)
+	}
+	c, _ := mv.lease(ctx, limit.LeaseRequest{From: "b", Key: key, Rule: r, Release: g2.ID, Leftover: 50})
+	if c.Credited != 7 {
+		t.Fatalf("release of b's pool of 4+3: credited %d, want 7", c.Credited)
+	}
+	if c, _ := mv.lease(ctx, limit.LeaseRequest{From: "b", Key: key, Rule: r, Release: g1.ID, Leftover: 4}); c.Credited != 0 {
+		t.Fatalf("b's first grant was credited again: %d", c.Credited)
+	}
+	if got := mv.leases.heldHits(clk.Now().UnixNano()); got != 5 {
+		t.Errorf("book holds %d hits, want c's 5", got)
+	}
+	now := clk.Now().UnixNano()
+	if d := h.tbl[limit.TokenBucket].Take(key, now, r, 95); !d.Allowed {
+		t.Fatalf("the owner could not take the 95 left beside c's lease: %+v", d)
+	}
+	if d := h.tbl[limit.TokenBucket].Take(key, now, r, 1); d.Allowed {
+		t.Fatalf("admitted past the capacity with c's lease out: %+v", d)
+	}
+}
