@@ -77,11 +77,11 @@ type leaseRecord struct {
 // key's state). All methods are safe for concurrent use.
 type leaseBook struct {
 	mu        sync.Mutex
-	next      uint64                    // the last id given; guarded by mu
-	recs      map[uint64]*leaseRecord   // guarded by mu
+	next      uint64                         // the last id given; guarded by mu
+	recs      map[uint64]*leaseRecord        // guarded by mu
 	lessees   map[string]map[string][]uint64 // key → lessee → its grants; guarded by mu
-	held      int64                     // hits of recs; guarded by mu
-	lastPrune int64                     // guarded by mu
+	held      int64                          // hits of recs; guarded by mu
+	lastPrune int64                          // guarded by mu
 }
 
 func newLeaseBook() *leaseBook {
