@@ -182,3 +182,52 @@ func TestLeasesExactThroughChurnOnMemNet(t *testing.T) {
 	t.Logf("admitted %d of %d, %d under (%.0f grants, %.0f checks from leases; the crashed lessee held %d)",
 		got, capacity, capacity-got, c.leaseGrants(), c.leaseDecisions(), lost)
 }
+
+// A key over its limit is leased as "nothing until T": the lessee refuses
+// it locally (answering as itself, without a forward) until T, and
+// forwards it again from T, when the owner admits it.
+func TestDenyLeaseRefusesLocallyUntilReset(t *testing.T) {
+	clk := newClock()
+	c := newMemCluster(t, 2, Config{Now: clk.Now, Leases: true, LeaseThreshold: 1, Peer: exactPeer})
+	r := limit.Rule{Algorithm: limit.TokenBucket, Limit: 10, Period: 10 * time.Second} // one hit a second
+	owner, lessee := c.running()[0], c.running()[1]
+	var key string
+	for _, k := range testKeys(64) {
+		if owner.node.view.Load().snap.Owner(k).Name == owner.name {
+			key = k
+			break
+		}
+	}
+	check := func(tn *testNode) limit.Result {
+		t.Helper()
+		return c.check(tn, limit.Check{Name: "quota", Key: key, Hits: 1, Rule: r})[0]
+	}
+	if got := c.spend(owner, []string{key}, r, 10); got != 10 {
+		t.Fatalf("the owner admitted %d of 10", got)
+	}
+	if res := check(lessee); res.Allowed || res.Owner != owner.name {
+		t.Fatalf("first check via the lessee: %+v, want refused by the owner", res)
+	}
+	clk.Advance(100 * time.Millisecond) // a rate window: the lessee asks
+	check(lessee)
+	var kb keyBuf
+	tk := kb.key("quota", key)
+	poll.Until(t, 10*time.Second, func() bool {
+		lessee.node.lh.mu.RLock()
+		e := lessee.node.lh.keys[tk]
+		lessee.node.lh.mu.RUnlock()
+		return e != nil && e.deny.Load() > clk.Now().UnixNano()
+	}, "the lessee holds a deny lease")
+	clk.Advance(800 * time.Millisecond) // 900 ms after the key was spent
+	res := check(lessee)
+	if res.Allowed || res.Owner != lessee.name || res.RetryAfter <= 0 || res.RetryAfter > 100*time.Millisecond {
+		t.Fatalf("check under the deny lease: %+v, want refused here for at most 100 ms more", res)
+	}
+	if d := counterValue(lessee.node.m.leaseDecisions); d < 1 {
+		t.Fatalf("decisions from leases: %v, want at least 1", d)
+	}
+	clk.Advance(100 * time.Millisecond) // T: one hit has come back
+	if res := check(lessee); !res.Allowed || res.Owner != owner.name {
+		t.Fatalf("check at the deny lease's end: %+v, want admitted by the owner", res)
+	}
+}
