@@ -107,10 +107,11 @@ func (b *leaseBook) add(rec *leaseRecord) uint64 {
 	return b.next
 }
 
-// take removes every grant of lessee on key, provided id is one of them,
-// and returns the last one's rule and the hits of them all. A lessee pools
-// the hits of its grants of a key, so what it gives back may come from
-// any of them.
+// take removes every grant of lessee on key up to id (ids grow), provided
+// id is one of them, and returns id's rule and the hits of them all. A
+// lessee pools the hits of its grants of a key, so what it gives back may
+// come from any of them; a later grant, which may be on its way to the
+// lessee, is kept for the lessee's next release.
 func (b *leaseBook) take(id uint64, lessee, key string) (r limit.Rule, hits int64, ok bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -118,9 +119,11 @@ func (b *leaseBook) take(id uint64, lessee, key string) (r limit.Rule, hits int6
 	if rec == nil || rec.lessee != lessee || rec.key != key {
 		return r, 0, false
 	}
-	for _, id := range slices.Clone(b.lessees[key][lessee]) { // removeLocked edits the list
-		hits += b.recs[id].hits
-		b.removeLocked(id, b.recs[id])
+	for _, x := range slices.Clone(b.lessees[key][lessee]) { // removeLocked edits the list
+		if x <= id {
+			hits += b.recs[x].hits
+			b.removeLocked(x, b.recs[x])
+		}
 	}
 	return rec.rule, hits, true
 }
@@ -258,7 +261,10 @@ func (mv *mover) grantLocked(r limit.LeaseRequest, now int64, g limit.LeaseGrant
 	peek := tb.Take(r.Key, now, r.Rule, 0)
 	if !peek.Allowed {
 		if peek.RetryAfter >= time.Millisecond {
-			g.Deny = peek.RetryAfter
+			// A deny lease lasts until one hit fits, at most a lease's
+			// TTL: a credit back meanwhile (a lease released) is
+			// then seen at the next ask.
+			g.Deny = min(peek.RetryAfter, leaseTTL)
 			mv.m.leaseDenied.Inc()
 		}
 		return g
