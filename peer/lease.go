@@ -200,7 +200,7 @@ func (n *Node) Lease(ctx context.Context, r limit.LeaseRequest) (limit.LeaseGran
 // lease answers a lease call. The release and the grant are decided under
 // deciding, for a key this node decides, as a forwarded check is; the
 // grant's debit then goes to the key's replica holder before it is
-// answered.
+// answered. Only another member of this node's ring is granted anything.
 func (mv *mover) lease(ctx context.Context, r limit.LeaseRequest) (limit.LeaseGrant, error) {
 	if !leasableRule(r.Rule) {
 		return limit.LeaseGrant{}, errNotLeasable
@@ -218,7 +218,7 @@ func (mv *mover) lease(ctx context.Context, r limit.LeaseRequest) (limit.LeaseGr
 	if r.Release != 0 {
 		g.Credited = mv.release(r, now)
 	}
-	if r.Want > 0 && mv.cfg.Leases && !mv.host.leaving() {
+	if r.Want > 0 && mv.cfg.Leases && !mv.host.leaving() && v.snap.IndexOf(r.From) >= 0 && r.From != mv.cfg.Name {
 		g = mv.grantLocked(r, now, g)
 	}
 	ho.deciding.RUnlock()
