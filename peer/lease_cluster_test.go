@@ -240,3 +240,39 @@ func TestDenyLeaseRefusesLocallyUntilReset(t *testing.T) {
 		return res.Allowed
 	}, "the owner admits the hit that came back")
 }
+
+// An owner that crashes right after a grant, before any replication round,
+// leaves the grant's debit with the key's replica holder, which becomes
+// the key's owner: the lease and the new owner together admit the
+// capacity, not one hit more.
+func TestLeaseDebitSurvivesTheOwnersCrash(t *testing.T) {
+	const capacity = 100
+	r := limit.Rule{Algorithm: limit.TokenBucket, Limit: 1, Period: time.Hour, Burst: capacity}
+	c := newMemCluster(t, 3, Config{Leases: true, ReplicationInterval: time.Hour, Peer: exactPeer})
+	owner := c.running()[0]
+	var key string
+	for _, k := range testKeys(64) {
+		if owner.node.view.Load().snap.Owner(k).Name == owner.name {
+			key = k
+			break
+		}
+	}
+	var lessee *testNode
+	for _, tn := range c.running() {
+		if tn != owner {
+			lessee = tn
+		}
+	}
+	var kb keyBuf
+	g, err := owner.node.Lease(context.Background(), limit.LeaseRequest{From: lessee.name, Key: kb.key("quota", key), Rule: r, Want: 30})
+	if err != nil || g.Hits != 30 {
+		t.Fatalf("grant: %+v, %v; want 30 hits", g, err)
+	}
+	before := c.degraded()
+	c.crash(owner)
+	c.signal()
+	c.waitConverged()
+	c.waitSettled()
+	got := c.spend(lessee, []string{key}, r, capacity)
+	c.assertExact("admitted by the new owner after a grant of 30 of 100", got, capacity-30, before)
+}
