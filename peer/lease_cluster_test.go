@@ -276,3 +276,34 @@ func TestLeaseDebitSurvivesTheOwnersCrash(t *testing.T) {
 	got := c.spend(lessee, []string{key}, r, capacity)
 	c.assertExact("admitted by the new owner after a grant of 30 of 100", got, capacity-30, before)
 }
+
+// A lessee decides from its lease only checks under the rule it was
+// granted for: a check under another rule is forwarded to the owner.
+func TestLeaseOnlyForItsRule(t *testing.T) {
+	clk := newClock()
+	c := newMemCluster(t, 2, Config{Now: clk.Now, Leases: true, LeaseThreshold: 1, Peer: exactPeer})
+	r := limit.Rule{Algorithm: limit.TokenBucket, Limit: 100, Period: time.Hour}
+	owner, lessee := c.running()[0], c.running()[1]
+	var key string
+	for _, k := range testKeys(64) {
+		if owner.node.view.Load().snap.Owner(k).Name == owner.name {
+			key = k
+			break
+		}
+	}
+	check := func(r limit.Rule) limit.Result {
+		return c.check(lessee, limit.Check{Name: "quota", Key: key, Hits: 1, Rule: r})[0]
+	}
+	check(r)
+	clk.Advance(100 * time.Millisecond)
+	check(r)
+	poll.Until(t, 10*time.Second, func() bool { return lessee.node.lh.held.Load() > 0 }, "the lessee holds a lease")
+	if res := check(r); !res.Allowed || res.Owner != lessee.name {
+		t.Fatalf("check under the lease's rule: %+v, want admitted here", res)
+	}
+	other := r
+	other.Limit = 50
+	if res := check(other); res.Owner != owner.name {
+		t.Fatalf("check under another rule: %+v, want decided by the owner", res)
+	}
+}

@@ -99,7 +99,11 @@ func leasableCheck(c *limit.Check) bool {
 // forwarded. It never blocks: a lease call it needs runs in a goroutine.
 func (lh *leaseHolder) decide(key string, c *limit.Check, owner ring.Member, now int64, res *limit.Result) bool {
 	e := lh.entry(key, c.Rule, now)
-	if e == nil || e.rule != c.Rule {
+	if e == nil {
+		return false
+	}
+	if e.rule != c.Rule {
+		lh.ruleChanged(e)
 		return false
 	}
 	e.observe(now)
@@ -119,7 +123,7 @@ func (lh *leaseHolder) decide(key string, c *limit.Check, owner ring.Member, now
 				lh.held.Add(-c.Hits)
 				left := t - c.Hits
 				*res = limit.Result{Owner: lh.n.cfg.Name, Decision: limit.Decision{Allowed: true, Remaining: left,
-					ResetAt: now + capacityTime(c.Rule)*(c.Rule.Capacity()-left)/c.Rule.Capacity()}}
+					ResetAt: now + int64(float64(capacityTime(c.Rule))*float64(max(c.Rule.Capacity()-left, 0))/float64(c.Rule.Capacity()))}}
 				lh.n.m.leaseDecisions.Inc()
 				if left*2 < g.hits || g.expires-now < int64(leaseTTL)/2 {
 					lh.renew(e, owner, now)
@@ -130,6 +134,19 @@ func (lh *leaseHolder) decide(key string, c *limit.Check, owner ring.Member, now
 	}
 	lh.renew(e, owner, now)
 	return false
+}
+
+// ruleChanged forgets e, whose key is now checked under another rule,
+// once it holds no lease: the key's next check tracks it under its rule.
+func (lh *leaseHolder) ruleChanged(e *heldKey) {
+	if e.grant.Load() != nil || e.busy.Load() {
+		return
+	}
+	lh.mu.Lock()
+	if lh.keys[e.key] == e {
+		delete(lh.keys, e.key)
+	}
+	lh.mu.Unlock()
 }
 
 // capacityTime is how long an empty bucket of r takes to refill.
