@@ -12,6 +12,9 @@
 // owned elsewhere → grouped by owner and forwarded in one RPC per owner. The
 // owner decides on its own tables and never forwards again (one hop at
 // most). When an owner cannot be reached, the node's FailPolicy decides.
+// With Config.Leases, a key this node forwards often is decided here from
+// a lease, a share of its capacity its owner granted and debited from the
+// key (lease.go, leasehold.go).
 //
 // Membership comes from gossip (package gossip, hashicorp/memberlist). One
 // goroutine rebuilds the ring snapshot when membership changes; checks load
