@@ -56,8 +56,8 @@ type leaseHolder struct {
 	keys      map[string]*heldKey // by table key; guarded by mu
 	lastPrune int64               // guarded by mu
 
-	held atomic.Int64 // hits held in leases, all keys
-	wg   sync.WaitGroup
+	held atomic.Int64   // hits held in leases, all keys
+	wg   sync.WaitGroup // the lease calls in flight (ask)
 }
 
 // heldKey is one key's lease and demand on the lessee.
@@ -258,8 +258,15 @@ func (lh *leaseHolder) giveBack(e *heldKey, g *heldGrant) {
 	if peerAddr(m) == "" {
 		return
 	}
-	lh.call(m, limit.LeaseRequest{Key: e.key, Rule: e.rule, Release: g.id, Leftover: left}) //nolint:errcheck // a lost release under-admits
+	// A release that fails leaves the hits spent: under-admission.
+	_, _ = lh.call(m, limit.LeaseRequest{Key: e.key, Rule: e.rule, Release: g.id, Leftover: left})
 }
+
+// wait waits for the lease calls in flight (Node.Run, before the links
+// close; each is bounded by leaseCallTimeout). An expiry that fires later
+// finds the links closed and gives nothing back: the node is gone, its
+// hits stay spent.
+func (lh *leaseHolder) wait() { lh.wg.Wait() }
 
 // call makes one lease call to m.
 func (lh *leaseHolder) call(m ring.Member, r limit.LeaseRequest) (limit.LeaseGrant, error) {

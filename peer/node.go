@@ -379,6 +379,9 @@ func (n *Node) Run(ctx context.Context) error {
 	// Last: the handoff of Leave is done and the caller has stopped its
 	// servers, so the last snapshot holds everything decided here.
 	n.mv.finish()
+	if n.lh != nil {
+		n.lh.wait()
+	}
 	n.peers.closeAll()
 	return err
 }
