@@ -44,3 +44,33 @@ func (tb *TokenBucket) Sweep(now int64, budget int) int { return tb.keyTable.Swe
 func tokenRate(r limit.Rule) rate {
 	return rate{limit: r.Limit, period: int64(r.Period), capacity: r.Capacity()}
 }
+
+// Credit gives back hits taken from key under r (the unused part of a
+// lease, see peer/lease.go) at now: the theoretical arrival time moves
+// back by their cost, never below now, so a credit never fills the bucket
+// past its capacity. It returns the hits given back, rounded down: 0 when
+// the key is not held, is full, runs under another rule or with a
+// warm-up, or its rule is being changed. A credit refused keeps the hits
+// spent: under-admission, never more.
+func (tb *TokenBucket) Credit(key string, now int64, r limit.Rule, hits int64) int64 {
+	if hits <= 0 || r.Warmup > 0 {
+		return 0
+	}
+	now = clampNow(now)
+	p := tokenRate(r)
+	id := p.id()
+	e := tb.t.Lookup(key, now, false)
+	for {
+		w := e.Word.Load()
+		if w == table.Dead || w == pending || w <= now || e.State.id.Load() != id || e.State.period.Load() != p.period {
+			return 0
+		}
+		nw := max(w-p.cost(min(hits, p.capacity)), now)
+		if e.Word.CompareAndSwap(w, nw) {
+			if tb.track {
+				tb.t.MarkChanged(key, e)
+			}
+			return (w - nw) / p.interval()
+		}
+	}
+}

@@ -16,6 +16,11 @@ import (
 // seconds (user + system) the server process has used.
 const cpuMetric = "process_cpu_seconds_total"
 
+// forwardedMetric counts the checks a node forwarded to their owners
+// (shardlimiter's own; other servers have none, and the share forwarded
+// is then not reported).
+const forwardedMetric = "shardlimiter_peer_forwarded_checks_total"
+
 // scrapeTimeout bounds one /metrics request.
 const scrapeTimeout = 3 * time.Second
 
@@ -27,18 +32,25 @@ type cpuSample struct {
 	clientOK bool
 	servers  []float64 // seconds, per metrics target
 	err      error     // the first target that could not be read
+	// forwarded is forwardedMetric per metrics target; fwdOK is false
+	// when a target has none.
+	forwarded []float64
+	fwdOK     bool
 }
 
 // sample reads this process's CPU time and every target's cpuMetric.
 func sample(ctx context.Context, metrics []string) cpuSample {
-	s := cpuSample{at: time.Now()}
+	s := cpuSample{at: time.Now(), fwdOK: true}
 	s.client, s.clientOK = processCPU()
 	for _, addr := range metrics {
-		v, err := scrapeCPU(ctx, addr)
+		v, err := scrapeCounter(ctx, addr, cpuMetric)
 		if err != nil && s.err == nil {
 			s.err = err
 		}
 		s.servers = append(s.servers, v)
+		f, err := scrapeCounter(ctx, addr, forwardedMetric)
+		s.fwdOK = s.fwdOK && err == nil
+		s.forwarded = append(s.forwarded, f)
 	}
 	return s
 }
@@ -51,6 +63,8 @@ type cpuDelta struct {
 	server    float64 // seconds, summed over the targets
 	serverN   int     // targets measured; 0 when none or unreadable
 	serverErr error
+	forwarded float64 // checks forwarded node to node, summed over the targets
+	fwdOK     bool    // forwarded was measured
 }
 
 // until returns the CPU used from b to a.
@@ -64,6 +78,12 @@ func (b cpuSample) until(a cpuSample) cpuDelta {
 		d.server += a.servers[i] - b.servers[i]
 	}
 	d.serverN = len(a.servers)
+	if a.fwdOK && b.fwdOK && len(a.forwarded) == len(b.forwarded) && len(a.forwarded) > 0 {
+		for i := range a.forwarded {
+			d.forwarded += a.forwarded[i] - b.forwarded[i]
+		}
+		d.fwdOK = true
+	}
 	return d
 }
 
@@ -76,8 +96,9 @@ func metricsURL(addr string) string {
 	return httpScheme + addr + "/metrics"
 }
 
-// scrapeCPU reads cpuMetric from the metrics of addr.
-func scrapeCPU(ctx context.Context, addr string) (float64, error) {
+// scrapeCounter reads the unlabelled counter name from the metrics of
+// addr.
+func scrapeCounter(ctx context.Context, addr, name string) (float64, error) {
 	ctx, cancel := context.WithTimeout(ctx, scrapeTimeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, metricsURL(addr), nil)
@@ -92,7 +113,7 @@ func scrapeCPU(ctx context.Context, addr string) (float64, error) {
 	if resp.StatusCode != http.StatusOK {
 		return 0, fmt.Errorf("metrics %s: HTTP %s", addr, resp.Status)
 	}
-	v, err := parseCounter(resp.Body, cpuMetric)
+	v, err := parseCounter(resp.Body, name)
 	if err != nil {
 		return 0, fmt.Errorf("metrics %s: %w", addr, err)
 	}

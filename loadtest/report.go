@@ -49,11 +49,14 @@ type result struct {
 	RefusalLatencyMS *latencyMS `json:"refusal_latency_ms,omitempty"`
 	Abandoned        int64      `json:"abandoned_calls"` // cut off by the drain deadline or Ctrl-C
 
-	ClientCPUMicrosPerCheck *float64       `json:"client_cpu_us_per_check,omitempty"`
-	ClientCPUCores          *float64       `json:"client_cpu_cores,omitempty"`
-	ServerCPUMicrosPerCheck *float64       `json:"server_cpu_us_per_check,omitempty"`
-	ServerCPUCores          *float64       `json:"server_cpu_cores,omitempty"`
-	OpenLoop                *openLoopStats `json:"open_loop,omitempty"`
+	ClientCPUMicrosPerCheck *float64 `json:"client_cpu_us_per_check,omitempty"`
+	ClientCPUCores          *float64 `json:"client_cpu_cores,omitempty"`
+	ServerCPUMicrosPerCheck *float64 `json:"server_cpu_us_per_check,omitempty"`
+	ServerCPUCores          *float64 `json:"server_cpu_cores,omitempty"`
+	// ForwardedShare is the checks the nodes forwarded to their owners,
+	// per check answered (shardlimiter's metrics targets only).
+	ForwardedShare *float64       `json:"forwarded_share,omitempty"`
+	OpenLoop       *openLoopStats `json:"open_loop,omitempty"`
 
 	OverAdmittedPct  *float64       `json:"over_admitted_pct,omitempty"`
 	UnderAdmittedPct *float64       `json:"under_admitted_pct,omitempty"`
@@ -156,6 +159,9 @@ func (r *result) setCPU(cpu cpuDelta) {
 		r.ServerCPUMicrosPerCheck = ptr(cpu.server * 1e6 / float64(r.Checks))
 		r.ServerCPUCores = ptr(cpu.server / wall)
 	}
+	if cpu.fwdOK && r.Checks > 0 {
+		r.ForwardedShare = ptr(cpu.forwarded / float64(r.Checks))
+	}
 }
 
 // setOpenLoop records how well an open-loop schedule was kept, and why
@@ -248,6 +254,9 @@ func summarize(b *strings.Builder, r *result) {
 	}
 	if r.ServerCPUMicrosPerCheck != nil && r.Mode == modeThroughput {
 		p("server CPU  %.3f µs/check (%.2f cores, all servers)", *r.ServerCPUMicrosPerCheck, *r.ServerCPUCores)
+	}
+	if r.ForwardedShare != nil {
+		p("forwarded   %.1f%% of checks, node to node", 100**r.ForwardedShare)
 	}
 	if ol := r.OpenLoop; ol != nil {
 		p("schedule    %.0f checks/s offered: %d calls due, %d late >1ms (%d woke late), %d never sent, max lag %.2fms",

@@ -120,6 +120,14 @@ func (l *grpcLink) Ring(ctx context.Context) (transport.RingInfo, error) {
 	return st.Ring(ctx)
 }
 
+func (l *grpcLink) Lease(ctx context.Context, r limit.LeaseRequest) (limit.LeaseGrant, error) {
+	st, err := l.state()
+	if err != nil {
+		return limit.LeaseGrant{}, err
+	}
+	return st.Lease(ctx, r)
+}
+
 // Close closes the clients, each waiting for its RPCs in flight.
 func (l *grpcLink) Close() error {
 	l.mu.Lock()

@@ -26,7 +26,7 @@ type Dialer interface {
 }
 
 // Link is what a node asks of one other node: the server side of that
-// node (CheckLocal, Push, Pull, InspectLocal, Ring), one hop, never
+// node (CheckLocal, Push, Pull, InspectLocal, Ring, Lease), one hop, never
 // forwarded further. Errors are classified as transport's (ErrTimeout,
 // ErrUnavailable, ErrClosed, ErrOverloaded with a RetryDelay): the node
 // decides on them whether to suspend the peer, stand in for it or retry.
@@ -49,6 +49,9 @@ type Link interface {
 	Inspect(ctx context.Context, c limit.Check) (limit.KeyView, error)
 	// Ring describes the ring the other node routes by.
 	Ring(ctx context.Context) (transport.RingInfo, error)
+	// Lease asks the other node, the owner of r.Key, for a grant of the
+	// key's capacity or releases one (lease.go); r.From is set by the link.
+	Lease(ctx context.Context, r limit.LeaseRequest) (limit.LeaseGrant, error)
 	// Close releases the link, waiting for its calls in flight; later
 	// calls fail with transport.ErrClosed.
 	Close() error

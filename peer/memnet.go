@@ -233,6 +233,15 @@ func (l *memLink) Ring(ctx context.Context) (info transport.RingInfo, err error)
 	return info, err
 }
 
+func (l *memLink) Lease(ctx context.Context, r limit.LeaseRequest) (g limit.LeaseGrant, err error) {
+	r.From = l.self
+	err = l.call(ctx, 0, func(ctx context.Context, n *Node) error {
+		g, err = n.Lease(ctx, r)
+		return err
+	})
+	return g, err
+}
+
 // Close waits for the link's calls in flight; later calls fail with
 // transport.ErrClosed.
 func (l *memLink) Close() error {

@@ -27,6 +27,14 @@ type metrics struct {
 	notOwner           prometheus.Counter
 	redirects          prometheus.Counter
 	rules              *ruleMetrics
+
+	// Leases (lease.go, leasehold.go).
+	leaseGranted   prometheus.Counter // owner: grants made
+	leaseReleased  prometheus.Counter // owner: releases credited against a grant
+	leaseDenied    prometheus.Counter // owner: deny leases given
+	leaseRenewed   prometheus.Counter // lessee: grants received while holding one
+	leaseExpired   prometheus.Counter // lessee: leases that ended at their expiry
+	leaseDecisions prometheus.Counter // lessee: checks decided from a lease
 }
 
 func newMetrics(reg prometheus.Registerer, n *Node, maxRules int) *metrics {
@@ -65,9 +73,11 @@ func newMetrics(reg prometheus.Registerer, n *Node, maxRules int) *metrics {
 		Help: "Checks sent on to the owner another node named after it refused them.",
 	})
 	m.rules = newRuleMetrics(maxRules)
+	leases := m.initLeases(n)
 	if reg == nil {
 		return m
 	}
+	reg.MustRegister(leases...)
 	reg.MustRegister(m.rules.collectors()...)
 	reg.MustRegister(moving...)
 	reg.MustRegister(fallback, m.ringMembers, m.ringRebuilds, m.swept,
@@ -174,4 +184,32 @@ func (c handoffCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, k := range partKindNames[1:] {
 		ch <- prometheus.MustNewConstMetric(partitionsDesc, prometheus.GaugeValue, float64(counts[k]), k)
 	}
+}
+
+// initLeases makes the series of leases (lease.go, leasehold.go) and
+// returns them for registration.
+func (m *metrics) initLeases(n *Node) []prometheus.Collector {
+	counter := func(name, help string) prometheus.Counter {
+		return prometheus.NewCounter(prometheus.CounterOpts{Name: "shardlimiter_lease_" + name, Help: help})
+	}
+	m.leaseGranted = counter("granted_total", "Leases this node granted of keys it owns (each debited from the key).")
+	m.leaseReleased = counter("released_total", "Leases ended by their lessee whose unused hits this node credited back.")
+	m.leaseDenied = counter("denied_total", "Deny leases this node gave: a key over its limit, refused by the lessee until it has room again.")
+	m.leaseRenewed = counter("renewed_total", "Grants this node received while it still held a lease of the key.")
+	m.leaseExpired = counter("expired_total", "Leases held by this node that ended at their expiry (what was left given back).")
+	m.leaseDecisions = counter("decisions_total", "Checks this node decided from a lease or a deny lease instead of forwarding them.")
+	granted := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "shardlimiter_lease_granted_hits",
+		Help: "Hits of keys this node owns held in leases it granted that have not ended.",
+	}, func() float64 { return float64(n.mv.leases.heldHits(n.cfg.Now().UnixNano())) })
+	held := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "shardlimiter_lease_held_hits",
+		Help: "Hits this node holds in leases of keys other nodes own.",
+	}, func() float64 {
+		if n.lh == nil {
+			return 0
+		}
+		return float64(n.lh.held.Load())
+	})
+	return []prometheus.Collector{m.leaseGranted, m.leaseReleased, m.leaseDenied, m.leaseRenewed, m.leaseExpired, m.leaseDecisions, granted, held}
 }

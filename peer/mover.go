@@ -29,9 +29,10 @@ import (
 // rebuild (planHandoff, restorePushes), when a check follows a redirect to
 // itself (takeOver), and serves its State calls through it.
 //
-// Leases go here next: a share of a hot key's capacity granted to another
+// Leases (lease.go): a share of a hot key's capacity granted to another
 // decider is a debit of the owner's state, and travels with the key's
-// state through the same handoff, replication and snapshots.
+// state through the same handoff, replication and snapshots; the mover
+// serves the Lease calls and keeps the book of its grants.
 type mover struct {
 	cfg  Config
 	host moverHost
@@ -52,8 +53,9 @@ type mover struct {
 	// an idle node (replicate.go).
 	changesWake chan struct{}
 
-	// Leases land here: the grants outstanding per key, with their
-	// expiries, moved with the key's state by the jobs above.
+	// leases is the book of the grants this node made (lease.go). Their
+	// debits are in the keys' states, which the jobs above move.
+	leases *leaseBook
 }
 
 // moverHost is what the state mover needs of its node. The node's
@@ -83,10 +85,14 @@ type moverHost interface {
 	link(m ring.Member) (Link, error)
 	// reachable reports whether m is not suspended after a failed forward.
 	reachable(m ring.Member) bool
+	// decider returns "" when this node decides the key with unique key
+	// uk by the ring v and the handoff marks, else the node it takes for
+	// the key's owner. The caller holds deciding for reading.
+	decider(v *view, uk string) string
 }
 
 func newMover(cfg Config, host moverHost, log *slog.Logger, m *metrics) *mover {
-	return &mover{cfg: cfg, host: host, log: log, m: m, dur: newDurable(cfg),
+	return &mover{cfg: cfg, host: host, log: log, m: m, dur: newDurable(cfg), leases: newLeaseBook(),
 		jobsKick: make(chan struct{}, 1), changesWake: make(chan struct{}, 1)}
 }
 
@@ -168,6 +174,11 @@ func (h nodeHost) leaving() bool                    { return h.n.leaving.Load() 
 func (h nodeHost) othersAlive() bool                { return h.n.OthersAlive() }
 func (h nodeHost) link(m ring.Member) (Link, error) { return h.n.peers.link(m) }
 func (h nodeHost) reachable(m ring.Member) bool     { return h.n.peers.allowed(m) }
+
+func (h nodeHost) decider(v *view, uk string) string {
+	owner, _, _ := h.n.forwardedOwner(v, uk, h.n.ho.busy())
+	return owner
+}
 
 func (h nodeHost) gossipMembers() []ring.Member {
 	if g := h.n.cfg.Gossip; g != nil {

@@ -23,6 +23,7 @@ type fakeHost struct {
 	ho     *handoff
 	tbl    []limiter
 	down   map[string]bool // members not reachable
+	refuse map[string]bool // members whose pushes fail
 	mu     sync.Mutex
 	pushed map[string][]limit.KeyState // by destination
 }
@@ -43,7 +44,7 @@ func newFakeHost(t *testing.T, self string, names ...string) *fakeHost {
 	}
 	tbl := make([]limiter, limit.TokenBucket+1)
 	tbl[limit.TokenBucket] = bucket.NewTokenBucket(table.Config{MaxKeys: 1000, TrackChanges: true})
-	return &fakeHost{v: v, ho: newHandoff(snap.Partitions()), tbl: tbl, down: map[string]bool{}, pushed: map[string][]limit.KeyState{}}
+	return &fakeHost{v: v, ho: newHandoff(snap.Partitions()), tbl: tbl, down: map[string]bool{}, refuse: map[string]bool{}, pushed: map[string][]limit.KeyState{}}
 }
 
 func (h *fakeHost) ringView() *view                  { return h.v }
@@ -56,6 +57,13 @@ func (h *fakeHost) othersAlive() bool                { return true }
 func (h *fakeHost) reachable(m ring.Member) bool     { return !h.down[m.Name] }
 func (h *fakeHost) link(m ring.Member) (Link, error) { return recordLink{h, m.Name}, nil }
 
+func (h *fakeHost) decider(v *view, uk string) string {
+	if o := v.snap.OwnerIndex(uk); o != v.self {
+		return v.snap.Member(o).Name
+	}
+	return ""
+}
+
 // recordLink records pushes; nothing else is asked of it here.
 type recordLink struct {
 	h  *fakeHost
@@ -65,6 +73,9 @@ type recordLink struct {
 func (l recordLink) Push(_ context.Context, _ limit.Transfer, _ []int, keys []limit.KeyState) error {
 	l.h.mu.Lock()
 	defer l.h.mu.Unlock()
+	if l.h.refuse[l.to] {
+		return transport.ErrUnavailable
+	}
 	for _, k := range keys { // the round reuses its lists
 		l.h.pushed[l.to] = append(l.h.pushed[l.to], limit.KeyState{Algorithm: k.Algorithm, Key: k.Key, State: append([]byte(nil), k.State...)})
 	}
@@ -84,6 +95,9 @@ func (recordLink) Inspect(context.Context, limit.Check) (limit.KeyView, error) {
 }
 func (recordLink) Ring(context.Context) (transport.RingInfo, error) {
 	return transport.RingInfo{}, errNotHere
+}
+func (recordLink) Lease(context.Context, limit.LeaseRequest) (limit.LeaseGrant, error) {
+	return limit.LeaseGrant{}, errNotHere
 }
 func (recordLink) Close() error { return nil }
 

@@ -12,6 +12,9 @@
 // owned elsewhere → grouped by owner and forwarded in one RPC per owner. The
 // owner decides on its own tables and never forwards again (one hop at
 // most). When an owner cannot be reached, the node's FailPolicy decides.
+// With Config.Leases, a key this node forwards often is decided here from
+// a lease, a share of its capacity its owner granted and debited from the
+// key (lease.go, leasehold.go).
 //
 // Membership comes from gossip (package gossip, hashicorp/memberlist). One
 // goroutine rebuilds the ring snapshot when membership changes; checks load
@@ -139,6 +142,18 @@ type Config struct {
 	// Each name costs five series (~1.5 KiB) on every node and in the
 	// monitoring system.
 	MetricsMaxRules int
+	// Leases turns leases on (lease.go, leasehold.go): this node grants
+	// shares of the keys it owns to the nodes that ask, and asks for them
+	// for the keys it forwards at more than LeaseThreshold checks per
+	// second, then decides their checks itself. A grant is a debit of the
+	// key's state, so every decider together admits no more than the owner
+	// alone would. Off, this node neither grants nor asks.
+	Leases bool
+	// LeaseThreshold is the rate, in checks per second this node forwards
+	// for one key, above which it asks the key's owner for a lease; 0
+	// means DefaultLeaseThreshold. Lower decides more keys here, at the
+	// cost of lease calls for keys that are barely warm.
+	LeaseThreshold float64
 	// Registerer receives the node's metrics; nil registers nothing.
 	Registerer prometheus.Registerer
 	// Logger receives the node's logs; nil discards them.
@@ -199,7 +214,8 @@ type Node struct {
 	log      *slog.Logger
 	limiters [8]limiter    // by limit.Algorithm (the gubernator pair share one table: gubernator.go)
 	budget   *table.Budget // nil without Config.MaxMemory
-	mv       *mover        // handoff, replication, snapshots (mover.go)
+	mv       *mover        // handoff, replication, snapshots, granted leases (mover.go)
+	lh       *leaseHolder  // leases held here (leasehold.go); nil without Config.Leases
 	view     atomic.Pointer[view]
 	// rebuildMu serializes rebuilds (the membership watcher and Leave), so
 	// that one which read leaving as false cannot store its ring after
@@ -231,6 +247,10 @@ type Node struct {
 	readyWake chan struct{} // Ready may have changed
 }
 
+// DefaultLeaseThreshold is Config.LeaseThreshold's default, in checks per
+// second of one key.
+const DefaultLeaseThreshold = 100
+
 // New returns a node. It starts nothing.
 func New(cfg Config) (*Node, error) {
 	cfg, err := cfg.withDefaults()
@@ -240,6 +260,9 @@ func New(cfg Config) (*Node, error) {
 	n := &Node{cfg: cfg, log: cfg.Logger, keysWake: make(chan struct{}, 1), readyWake: make(chan struct{}, 1)}
 	n.m = newMetrics(cfg.Registerer, n, cfg.MetricsMaxRules)
 	n.mv = newMover(cfg, nodeHost{n}, n.log, n.m)
+	if cfg.Leases {
+		n.lh = newLeaseHolder(n, cfg.LeaseThreshold)
+	}
 	tc := table.Config{MaxKeys: cfg.MaxKeys, TrackChanges: cfg.ReplicationInterval > 0,
 		OnFirstKey: func() { wake(n.keysWake) }, OnChange: func() { wake(n.mv.changesWake) }}
 	if cfg.MaxMemory > 0 {
@@ -306,6 +329,9 @@ func (cfg Config) withDefaults() (Config, error) {
 	if cfg.HandoffTimeout <= 0 {
 		cfg.HandoffTimeout = 5 * time.Second
 	}
+	if cfg.LeaseThreshold <= 0 {
+		cfg.LeaseThreshold = DefaultLeaseThreshold
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -355,6 +381,9 @@ func (n *Node) Run(ctx context.Context) error {
 	// Last: the handoff of Leave is done and the caller has stopped its
 	// servers, so the last snapshot holds everything decided here.
 	n.mv.finish()
+	if n.lh != nil {
+		n.lh.wait()
+	}
 	n.peers.closeAll()
 	return err
 }
@@ -522,6 +551,11 @@ func (n *Node) Leave() error {
 		return nil
 	}
 	wake(n.readyWake)
+	if n.lh != nil {
+		// Before the handoff: the owners credit the releases while they
+		// still decide the keys.
+		n.lh.releaseAll()
+	}
 	g := n.cfg.Gossip
 	if g == nil {
 		return nil

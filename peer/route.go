@@ -66,6 +66,9 @@ func (n *Node) Check(ctx context.Context, checks []limit.Check) ([]limit.Result,
 			n.decideRun(kb, checks[i:end], res[i:end], now)
 			continue
 		}
+		if n.lh != nil && leasableCheck(c) && n.lh.decide(kb.key(c.Name, c.Key), c, v.snap.Member(o), now, &res[i]) {
+			continue
+		}
 		if remote == nil {
 			remote = make([][]int, v.snap.Len())
 		}

@@ -2,6 +2,7 @@ package transport
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/shardlimiter/shardlimiter/limit"
 	"github.com/shardlimiter/shardlimiter/transport/pb"
@@ -58,4 +59,39 @@ func PartitionsToProto(in []int) []uint32 {
 		out[i] = uint32(p)
 	}
 	return out
+}
+
+// LeaseToProto converts a lease call for the wire.
+func LeaseToProto(r limit.LeaseRequest) *pb.LeaseRequest {
+	return &pb.LeaseRequest{From: r.From, Algorithm: pb.Algorithm(r.Rule.Algorithm), Key: []byte(r.Key),
+		Limit: r.Rule.Limit, PeriodNs: int64(r.Rule.Period), Burst: r.Rule.Burst,
+		Want: r.Want, Release: r.Release, Leftover: r.Leftover}
+}
+
+// LeaseFromProto converts a lease call from the wire. Only TOKEN_BUCKET is
+// leased; its rule must be valid and the quantities not negative.
+func LeaseFromProto(in *pb.LeaseRequest) (limit.LeaseRequest, error) {
+	if in.GetAlgorithm() != pb.Algorithm_TOKEN_BUCKET {
+		return limit.LeaseRequest{}, fmt.Errorf("transport: %v is not leased", limit.Algorithm(in.GetAlgorithm()))
+	}
+	r := limit.Rule{Algorithm: limit.TokenBucket, Limit: in.GetLimit(), Period: time.Duration(in.GetPeriodNs()), Burst: in.GetBurst()}
+	if err := r.Validate(); err != nil {
+		return limit.LeaseRequest{}, fmt.Errorf("transport: lease: %w", err)
+	}
+	if in.GetWant() < 0 || in.GetLeftover() < 0 {
+		return limit.LeaseRequest{}, fmt.Errorf("transport: lease: negative hits")
+	}
+	return limit.LeaseRequest{From: in.GetFrom(), Key: string(in.GetKey()), Rule: r,
+		Want: in.GetWant(), Release: in.GetRelease(), Leftover: in.GetLeftover()}, nil
+}
+
+// GrantToProto converts a lease answer for the wire.
+func GrantToProto(g limit.LeaseGrant) *pb.LeaseResponse {
+	return &pb.LeaseResponse{NotOwner: g.NotOwner, Id: g.ID, Hits: g.Hits, TtlNs: int64(g.TTL), DenyNs: int64(g.Deny), Credited: g.Credited}
+}
+
+// GrantFromProto converts a lease answer from the wire.
+func GrantFromProto(in *pb.LeaseResponse) limit.LeaseGrant {
+	return limit.LeaseGrant{NotOwner: in.GetNotOwner(), ID: in.GetId(), Hits: max(in.GetHits(), 0),
+		TTL: time.Duration(in.GetTtlNs()), Deny: time.Duration(in.GetDenyNs()), Credited: in.GetCredited()}
 }

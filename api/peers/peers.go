@@ -21,6 +21,6 @@ import (
 func Register(l *server.Listener, local transport.Checker, state StateService) {
 	l.RegisterChecks(&pb.Peers_ServiceDesc, local, server.Peers)
 	if state != nil {
-		l.Register(stateServiceDesc(), &stateServer{s: state, l: l}, server.Shed("Push", "Pull"))
+		l.Register(stateServiceDesc(), &stateServer{s: state, l: l}, server.Shed("Push", "Pull", "Lease"))
 	}
 }

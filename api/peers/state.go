@@ -186,3 +186,34 @@ func (s *stateServer) Inspect(ctx context.Context, req *pb.InspectKeyRequest) (*
 	}
 	return transport.ViewToPB(v), nil
 }
+
+// Leaser answers State.Lease: grants of a share of a key's capacity to
+// another node, and their release (peer/lease.go). A StateService that
+// also implements it serves State.Lease; others answer Unimplemented.
+// Lease must not forward: a node that does not decide the key says so in
+// LeaseGrant.NotOwner.
+type Leaser interface {
+	Lease(ctx context.Context, r limit.LeaseRequest) (limit.LeaseGrant, error)
+}
+
+// Lease serves State.Lease for a StateService that is a Leaser.
+func (s *stateServer) Lease(ctx context.Context, req *pb.LeaseRequest) (*pb.LeaseResponse, error) {
+	l, ok := s.s.(Leaser)
+	if !ok {
+		return nil, status.Error(codes.Unimplemented, "transport: this node grants no leases")
+	}
+	r, err := transport.LeaseFromProto(req)
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	held, err := s.admit(1)
+	if err != nil {
+		return nil, err
+	}
+	defer held.Release()
+	g, err := l.Lease(ctx, r)
+	if err != nil {
+		return nil, transport.GRPCError(err)
+	}
+	return transport.GrantToProto(g), nil
+}

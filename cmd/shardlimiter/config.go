@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"os"
 	"strconv"
@@ -47,6 +48,8 @@ type config struct {
 	snapshotEvery time.Duration // with stateDir
 	snapshotName  string        // empty: the node name
 	pprof         bool
+	leases        bool    // --leases
+	leaseRate     float64 // --lease-threshold, checks per second of one key
 	rls           rlsConfig
 	maxInflight   int64  // client checks in flight; 0 = no bound
 	maxPeerFlight int64  // forwarded checks and state keys in flight; 0 = no bound
@@ -102,6 +105,7 @@ func newFlagSet(name string, out io.Writer) (*flag.FlagSet, map[string]*string) 
 	def("shutdown-grace", "5s", "on SIGTERM: how long to keep answering after leaving the cluster, while peers re-route")
 	def("peer-timeout", "1s", "deadline of one forwarding RPC to a peer")
 	def("replication-interval", "100ms", "how often changed keys are sent to the node that would own them next, so a crash loses at most this much of each key's hits; 0 turns replication off")
+	def("lease-threshold", "100", "with --leases: the rate, in checks per second this node forwards for one key, above which it asks the key's owner for a lease and decides the key's checks itself")
 	def("handoff-timeout", "5s", "on SIGTERM: how long to wait for the new owners to take this node's keys before exiting anyway")
 	def("state-dir", "", "directory of this node's snapshot file (named after --node-name, so nodes may share it): key states are written there every --snapshot-interval and at stop, and merged back at start, so counts survive a stop of every node; empty = memory only")
 	def("snapshot-name", "", "with --state-dir: the name of this node's snapshot file; give the processes that replace each other on one host the same name (in Kubernetes, the node's name) so that each finds its predecessor's file; default: --node-name")
@@ -128,6 +132,9 @@ func newFlagSet(name string, out io.Writer) (*flag.FlagSet, map[string]*string) 
 		raw[name] = (*string)(&b)
 		fs.Var(&b, name, usage+" (env "+envName(name)+")")
 	}
+	leases := boolString("false")
+	raw["leases"] = (*string)(&leases)
+	fs.Var(&leases, "leases", "lease hot keys (docs/ARCHITECTURE.md, Leases): grant shares of the keys this node owns to the nodes that ask, each debited from the key, and ask for them for the TOKEN_BUCKET keys this node forwards above --lease-threshold, deciding their checks here; exact, off by default (env "+envName("leases")+")")
 	pprof := boolString("false")
 	raw["pprof"] = (*string)(&pprof)
 	fs.Var(&pprof, "pprof", "serve Go profiles at /debug/pprof/ on the HTTP address, for operators profiling a node (env "+envName("pprof")+")")
@@ -217,6 +224,12 @@ func validate(raw map[string]*string, fromEnv map[string]bool) (config, error) {
 	c.rls.maxDetailed = c.metricsMaxDetailed
 	if c.pprof, err = strconv.ParseBool(*raw["pprof"]); err != nil {
 		p.bad("pprof", "want true or false, got %q", *raw["pprof"])
+	}
+	if c.leases, err = strconv.ParseBool(*raw["leases"]); err != nil {
+		p.bad("leases", "want true or false, got %q", *raw["leases"])
+	}
+	if c.leaseRate, err = strconv.ParseFloat(*raw["lease-threshold"], 64); err != nil || !(c.leaseRate > 0) || math.IsInf(c.leaseRate, 0) {
+		p.bad("lease-threshold", "want a positive number of checks per second, got %q", *raw["lease-threshold"])
 	}
 	validateLimits(raw, &c, p.bad)
 	return c, errors.Join(p.errs...)

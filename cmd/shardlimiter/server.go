@@ -218,6 +218,8 @@ func (s *server) newNode(name string, b bounds, reg prometheus.Registerer) (err 
 		SnapshotInterval:    cfg.snapshotEvery,
 		SnapshotName:        cfg.snapshotName,
 		MetricsMaxRules:     cfg.metricsMaxRules,
+		Leases:              cfg.leases,
+		LeaseThreshold:      cfg.leaseRate,
 		Registerer:          reg,
 		Logger:              s.log,
 	})

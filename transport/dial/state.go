@@ -138,3 +138,14 @@ func (c *StateClient) Inspect(ctx context.Context, check limit.Check) (limit.Key
 	}
 	return transport.ViewFromPB(out), nil
 }
+
+// Lease asks the node for a grant of a key's capacity, or releases one
+// (State.Lease; see api/peers.Leaser).
+func (c *StateClient) Lease(ctx context.Context, r limit.LeaseRequest) (limit.LeaseGrant, error) {
+	r.From = c.name
+	out, err := c.client.Lease(ctx, transport.LeaseToProto(r))
+	if err != nil {
+		return limit.LeaseGrant{}, c.classify(err)
+	}
+	return transport.GrantFromProto(out), nil
+}

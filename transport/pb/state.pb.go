@@ -469,6 +469,203 @@ func (x *RingResponse) GetLeaving() bool {
 	return false
 }
 
+type LeaseRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	From      string                 `protobuf:"bytes,1,opt,name=from,proto3" json:"from,omitempty"` // the lessee's node name
+	Algorithm Algorithm              `protobuf:"varint,2,opt,name=algorithm,proto3,enum=shardlimiter.v1.Algorithm" json:"algorithm,omitempty"`
+	Key       []byte                 `protobuf:"bytes,3,opt,name=key,proto3" json:"key,omitempty"` // the node's table key (rule name and unique key)
+	// The rule the lessee decides the key's checks under.
+	Limit    int64 `protobuf:"varint,4,opt,name=limit,proto3" json:"limit,omitempty"`
+	PeriodNs int64 `protobuf:"varint,5,opt,name=period_ns,json=periodNs,proto3" json:"period_ns,omitempty"`
+	Burst    int64 `protobuf:"varint,6,opt,name=burst,proto3" json:"burst,omitempty"`
+	Want     int64 `protobuf:"varint,7,opt,name=want,proto3" json:"want,omitempty"` // hits asked for; 0 asks for none (a release alone)
+	// release names a grant of this owner to end, giving back leftover of
+	// its hits; 0 releases nothing.
+	Release       uint64 `protobuf:"varint,8,opt,name=release,proto3" json:"release,omitempty"`
+	Leftover      int64  `protobuf:"varint,9,opt,name=leftover,proto3" json:"leftover,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaseRequest) Reset() {
+	*x = LeaseRequest{}
+	mi := &file_shardlimiter_v1_state_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaseRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaseRequest) ProtoMessage() {}
+
+func (x *LeaseRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_shardlimiter_v1_state_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaseRequest.ProtoReflect.Descriptor instead.
+func (*LeaseRequest) Descriptor() ([]byte, []int) {
+	return file_shardlimiter_v1_state_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *LeaseRequest) GetFrom() string {
+	if x != nil {
+		return x.From
+	}
+	return ""
+}
+
+func (x *LeaseRequest) GetAlgorithm() Algorithm {
+	if x != nil {
+		return x.Algorithm
+	}
+	return Algorithm_TOKEN_BUCKET
+}
+
+func (x *LeaseRequest) GetKey() []byte {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+func (x *LeaseRequest) GetLimit() int64 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *LeaseRequest) GetPeriodNs() int64 {
+	if x != nil {
+		return x.PeriodNs
+	}
+	return 0
+}
+
+func (x *LeaseRequest) GetBurst() int64 {
+	if x != nil {
+		return x.Burst
+	}
+	return 0
+}
+
+func (x *LeaseRequest) GetWant() int64 {
+	if x != nil {
+		return x.Want
+	}
+	return 0
+}
+
+func (x *LeaseRequest) GetRelease() uint64 {
+	if x != nil {
+		return x.Release
+	}
+	return 0
+}
+
+func (x *LeaseRequest) GetLeftover() int64 {
+	if x != nil {
+		return x.Leftover
+	}
+	return 0
+}
+
+type LeaseResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// not_owner names the node the receiver takes for the key's owner when
+	// it does not decide the key; nothing was granted or released.
+	NotOwner      string `protobuf:"bytes,1,opt,name=not_owner,json=notOwner,proto3" json:"not_owner,omitempty"`
+	Id            uint64 `protobuf:"varint,2,opt,name=id,proto3" json:"id,omitempty"`                       // the grant, 0 when none
+	Hits          int64  `protobuf:"varint,3,opt,name=hits,proto3" json:"hits,omitempty"`                   // hits granted, already debited
+	TtlNs         int64  `protobuf:"varint,4,opt,name=ttl_ns,json=ttlNs,proto3" json:"ttl_ns,omitempty"`    // the grant ends this long after it was asked for
+	DenyNs        int64  `protobuf:"varint,5,opt,name=deny_ns,json=denyNs,proto3" json:"deny_ns,omitempty"` // > 0: the key is over its limit; refuse it this long
+	Credited      int64  `protobuf:"varint,6,opt,name=credited,proto3" json:"credited,omitempty"`           // hits of the release given back to the key
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaseResponse) Reset() {
+	*x = LeaseResponse{}
+	mi := &file_shardlimiter_v1_state_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaseResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaseResponse) ProtoMessage() {}
+
+func (x *LeaseResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_shardlimiter_v1_state_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaseResponse.ProtoReflect.Descriptor instead.
+func (*LeaseResponse) Descriptor() ([]byte, []int) {
+	return file_shardlimiter_v1_state_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *LeaseResponse) GetNotOwner() string {
+	if x != nil {
+		return x.NotOwner
+	}
+	return ""
+}
+
+func (x *LeaseResponse) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *LeaseResponse) GetHits() int64 {
+	if x != nil {
+		return x.Hits
+	}
+	return 0
+}
+
+func (x *LeaseResponse) GetTtlNs() int64 {
+	if x != nil {
+		return x.TtlNs
+	}
+	return 0
+}
+
+func (x *LeaseResponse) GetDenyNs() int64 {
+	if x != nil {
+		return x.DenyNs
+	}
+	return 0
+}
+
+func (x *LeaseResponse) GetCredited() int64 {
+	if x != nil {
+		return x.Credited
+	}
+	return 0
+}
+
 var File_shardlimiter_v1_state_proto protoreflect.FileDescriptor
 
 const file_shardlimiter_v1_state_proto_rawDesc = "" +
@@ -501,16 +698,34 @@ const file_shardlimiter_v1_state_proto_rawDesc = "" +
 	"\amembers\x18\x03 \x01(\x06R\amembers\x12!\n" +
 	"\fmember_names\x18\x04 \x03(\tR\vmemberNames\x12\x14\n" +
 	"\x05ready\x18\x05 \x01(\bR\x05ready\x12\x18\n" +
-	"\aleaving\x18\x06 \x01(\bR\aleaving*,\n" +
+	"\aleaving\x18\x06 \x01(\bR\aleaving\"\x81\x02\n" +
+	"\fLeaseRequest\x12\x12\n" +
+	"\x04from\x18\x01 \x01(\tR\x04from\x128\n" +
+	"\talgorithm\x18\x02 \x01(\x0e2\x1a.shardlimiter.v1.AlgorithmR\talgorithm\x12\x10\n" +
+	"\x03key\x18\x03 \x01(\fR\x03key\x12\x14\n" +
+	"\x05limit\x18\x04 \x01(\x03R\x05limit\x12\x1b\n" +
+	"\tperiod_ns\x18\x05 \x01(\x03R\bperiodNs\x12\x14\n" +
+	"\x05burst\x18\x06 \x01(\x03R\x05burst\x12\x12\n" +
+	"\x04want\x18\a \x01(\x03R\x04want\x12\x18\n" +
+	"\arelease\x18\b \x01(\x04R\arelease\x12\x1a\n" +
+	"\bleftover\x18\t \x01(\x03R\bleftover\"\x9c\x01\n" +
+	"\rLeaseResponse\x12\x1b\n" +
+	"\tnot_owner\x18\x01 \x01(\tR\bnotOwner\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\x04R\x02id\x12\x12\n" +
+	"\x04hits\x18\x03 \x01(\x03R\x04hits\x12\x15\n" +
+	"\x06ttl_ns\x18\x04 \x01(\x03R\x05ttlNs\x12\x17\n" +
+	"\adeny_ns\x18\x05 \x01(\x03R\x06denyNs\x12\x1a\n" +
+	"\bcredited\x18\x06 \x01(\x03R\bcredited*,\n" +
 	"\bTransfer\x12\v\n" +
 	"\aREPLICA\x10\x00\x12\b\n" +
 	"\x04JOIN\x10\x01\x12\t\n" +
-	"\x05LEAVE\x10\x022\xb3\x02\n" +
+	"\x05LEAVE\x10\x022\xfb\x02\n" +
 	"\x05State\x12M\n" +
 	"\x04Push\x12!.shardlimiter.v1.PushStateRequest\x1a\".shardlimiter.v1.PushStateResponse\x12M\n" +
 	"\x04Pull\x12!.shardlimiter.v1.PullStateRequest\x1a\".shardlimiter.v1.PullStateResponse\x12G\n" +
 	"\aInspect\x12\".shardlimiter.v1.InspectKeyRequest\x1a\x18.shardlimiter.v1.KeyView\x12C\n" +
-	"\x04Ring\x12\x1c.shardlimiter.v1.RingRequest\x1a\x1d.shardlimiter.v1.RingResponseB6Z4github.com/shardlimiter/shardlimiter/transport/pb;pbb\x06proto3"
+	"\x04Ring\x12\x1c.shardlimiter.v1.RingRequest\x1a\x1d.shardlimiter.v1.RingResponse\x12F\n" +
+	"\x05Lease\x12\x1d.shardlimiter.v1.LeaseRequest\x1a\x1e.shardlimiter.v1.LeaseResponseB6Z4github.com/shardlimiter/shardlimiter/transport/pb;pbb\x06proto3"
 
 var (
 	file_shardlimiter_v1_state_proto_rawDescOnce sync.Once
@@ -525,7 +740,7 @@ func file_shardlimiter_v1_state_proto_rawDescGZIP() []byte {
 }
 
 var file_shardlimiter_v1_state_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_shardlimiter_v1_state_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
+var file_shardlimiter_v1_state_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
 var file_shardlimiter_v1_state_proto_goTypes = []any{
 	(Transfer)(0),             // 0: shardlimiter.v1.Transfer
 	(*KeyState)(nil),          // 1: shardlimiter.v1.KeyState
@@ -535,28 +750,33 @@ var file_shardlimiter_v1_state_proto_goTypes = []any{
 	(*PullStateResponse)(nil), // 5: shardlimiter.v1.PullStateResponse
 	(*RingRequest)(nil),       // 6: shardlimiter.v1.RingRequest
 	(*RingResponse)(nil),      // 7: shardlimiter.v1.RingResponse
-	(Algorithm)(0),            // 8: shardlimiter.v1.Algorithm
-	(*InspectKeyRequest)(nil), // 9: shardlimiter.v1.InspectKeyRequest
-	(*KeyView)(nil),           // 10: shardlimiter.v1.KeyView
+	(*LeaseRequest)(nil),      // 8: shardlimiter.v1.LeaseRequest
+	(*LeaseResponse)(nil),     // 9: shardlimiter.v1.LeaseResponse
+	(Algorithm)(0),            // 10: shardlimiter.v1.Algorithm
+	(*InspectKeyRequest)(nil), // 11: shardlimiter.v1.InspectKeyRequest
+	(*KeyView)(nil),           // 12: shardlimiter.v1.KeyView
 }
 var file_shardlimiter_v1_state_proto_depIdxs = []int32{
-	8,  // 0: shardlimiter.v1.KeyState.algorithm:type_name -> shardlimiter.v1.Algorithm
+	10, // 0: shardlimiter.v1.KeyState.algorithm:type_name -> shardlimiter.v1.Algorithm
 	0,  // 1: shardlimiter.v1.PushStateRequest.transfer:type_name -> shardlimiter.v1.Transfer
 	1,  // 2: shardlimiter.v1.PushStateRequest.keys:type_name -> shardlimiter.v1.KeyState
 	1,  // 3: shardlimiter.v1.PullStateResponse.keys:type_name -> shardlimiter.v1.KeyState
-	2,  // 4: shardlimiter.v1.State.Push:input_type -> shardlimiter.v1.PushStateRequest
-	4,  // 5: shardlimiter.v1.State.Pull:input_type -> shardlimiter.v1.PullStateRequest
-	9,  // 6: shardlimiter.v1.State.Inspect:input_type -> shardlimiter.v1.InspectKeyRequest
-	6,  // 7: shardlimiter.v1.State.Ring:input_type -> shardlimiter.v1.RingRequest
-	3,  // 8: shardlimiter.v1.State.Push:output_type -> shardlimiter.v1.PushStateResponse
-	5,  // 9: shardlimiter.v1.State.Pull:output_type -> shardlimiter.v1.PullStateResponse
-	10, // 10: shardlimiter.v1.State.Inspect:output_type -> shardlimiter.v1.KeyView
-	7,  // 11: shardlimiter.v1.State.Ring:output_type -> shardlimiter.v1.RingResponse
-	8,  // [8:12] is the sub-list for method output_type
-	4,  // [4:8] is the sub-list for method input_type
-	4,  // [4:4] is the sub-list for extension type_name
-	4,  // [4:4] is the sub-list for extension extendee
-	0,  // [0:4] is the sub-list for field type_name
+	10, // 4: shardlimiter.v1.LeaseRequest.algorithm:type_name -> shardlimiter.v1.Algorithm
+	2,  // 5: shardlimiter.v1.State.Push:input_type -> shardlimiter.v1.PushStateRequest
+	4,  // 6: shardlimiter.v1.State.Pull:input_type -> shardlimiter.v1.PullStateRequest
+	11, // 7: shardlimiter.v1.State.Inspect:input_type -> shardlimiter.v1.InspectKeyRequest
+	6,  // 8: shardlimiter.v1.State.Ring:input_type -> shardlimiter.v1.RingRequest
+	8,  // 9: shardlimiter.v1.State.Lease:input_type -> shardlimiter.v1.LeaseRequest
+	3,  // 10: shardlimiter.v1.State.Push:output_type -> shardlimiter.v1.PushStateResponse
+	5,  // 11: shardlimiter.v1.State.Pull:output_type -> shardlimiter.v1.PullStateResponse
+	12, // 12: shardlimiter.v1.State.Inspect:output_type -> shardlimiter.v1.KeyView
+	7,  // 13: shardlimiter.v1.State.Ring:output_type -> shardlimiter.v1.RingResponse
+	9,  // 14: shardlimiter.v1.State.Lease:output_type -> shardlimiter.v1.LeaseResponse
+	10, // [10:15] is the sub-list for method output_type
+	5,  // [5:10] is the sub-list for method input_type
+	5,  // [5:5] is the sub-list for extension type_name
+	5,  // [5:5] is the sub-list for extension extendee
+	0,  // [0:5] is the sub-list for field type_name
 }
 
 func init() { file_shardlimiter_v1_state_proto_init() }
@@ -572,7 +792,7 @@ func file_shardlimiter_v1_state_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_shardlimiter_v1_state_proto_rawDesc), len(file_shardlimiter_v1_state_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   7,
+			NumMessages:   9,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -23,6 +23,7 @@ const (
 	State_Pull_FullMethodName    = "/shardlimiter.v1.State/Pull"
 	State_Inspect_FullMethodName = "/shardlimiter.v1.State/Inspect"
 	State_Ring_FullMethodName    = "/shardlimiter.v1.State/Ring"
+	State_Lease_FullMethodName   = "/shardlimiter.v1.State/Lease"
 )
 
 // StateClient is the client API for State service.
@@ -51,6 +52,11 @@ type StateClient interface {
 	// page). It moves no key state and costs the receiver a few
 	// allocations.
 	Ring(ctx context.Context, in *RingRequest, opts ...grpc.CallOption) (*RingResponse, error)
+	// Lease asks the owner of a key for a share of its capacity (a grant,
+	// debited from the key's state as if its hits had been taken), gives
+	// back what is left of an earlier grant (a release), or both. An owner
+	// answers only for keys it decides; it never forwards.
+	Lease(ctx context.Context, in *LeaseRequest, opts ...grpc.CallOption) (*LeaseResponse, error)
 }
 
 type stateClient struct {
@@ -101,6 +107,16 @@ func (c *stateClient) Ring(ctx context.Context, in *RingRequest, opts ...grpc.Ca
 	return out, nil
 }
 
+func (c *stateClient) Lease(ctx context.Context, in *LeaseRequest, opts ...grpc.CallOption) (*LeaseResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(LeaseResponse)
+	err := c.cc.Invoke(ctx, State_Lease_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // StateServer is the server API for State service.
 // All implementations must embed UnimplementedStateServer
 // for forward compatibility.
@@ -127,6 +143,11 @@ type StateServer interface {
 	// page). It moves no key state and costs the receiver a few
 	// allocations.
 	Ring(context.Context, *RingRequest) (*RingResponse, error)
+	// Lease asks the owner of a key for a share of its capacity (a grant,
+	// debited from the key's state as if its hits had been taken), gives
+	// back what is left of an earlier grant (a release), or both. An owner
+	// answers only for keys it decides; it never forwards.
+	Lease(context.Context, *LeaseRequest) (*LeaseResponse, error)
 	mustEmbedUnimplementedStateServer()
 }
 
@@ -148,6 +169,9 @@ func (UnimplementedStateServer) Inspect(context.Context, *InspectKeyRequest) (*K
 }
 func (UnimplementedStateServer) Ring(context.Context, *RingRequest) (*RingResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Ring not implemented")
+}
+func (UnimplementedStateServer) Lease(context.Context, *LeaseRequest) (*LeaseResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Lease not implemented")
 }
 func (UnimplementedStateServer) mustEmbedUnimplementedStateServer() {}
 func (UnimplementedStateServer) testEmbeddedByValue()               {}
@@ -242,6 +266,24 @@ func _State_Ring_Handler(srv interface{}, ctx context.Context, dec func(interfac
 	return interceptor(ctx, in, info, handler)
 }
 
+func _State_Lease_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(LeaseRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(StateServer).Lease(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: State_Lease_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(StateServer).Lease(ctx, req.(*LeaseRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // State_ServiceDesc is the grpc.ServiceDesc for State service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -264,6 +306,10 @@ var State_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Ring",
 			Handler:    _State_Ring_Handler,
+		},
+		{
+			MethodName: "Lease",
+			Handler:    _State_Lease_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

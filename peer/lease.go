@@ -1,0 +1,328 @@
+package peer
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/shardlimiter/shardlimiter/limit"
+)
+
+// Leases, the owner's side: the State service's Lease call, served by the
+// state mover. The design, and why it is exact, is in docs/ARCHITECTURE.md
+// ("Leases"); in short:
+//
+//   - a grant is a debit: granting n hits takes n hits from the key's
+//     state (Limiter.Take), under deciding, as a forwarded check would. The
+//     state that handoff, replication and snapshots move therefore carries
+//     every outstanding lease, and a new owner never grants what an old
+//     lease still holds;
+//   - a grant is answered only once the debited state has reached the
+//     key's replica holder (replicateGrant): an owner that crashes after a
+//     grant leaves a replica that holds it;
+//   - a release credits back what the lessee took out of use (its
+//     leftover, which it never spends afterwards), at most the hits of the
+//     lessee's grants of the key in this node's book, and removes those
+//     records in the same step: no hit is credited twice. A release that
+//     finds no record is dropped, and the hits stay spent (under-admission
+//     of at most one lease, never over-admission).
+//
+// The lessee's side is leasehold.go.
+
+const (
+	// leaseTTL is how long a grant lives, from the lessee's request. A
+	// lessee that crashes holds its hits unused for at most this long.
+	leaseTTL = 500 * time.Millisecond
+	// leaseGrace is how long past a grant's end its record is kept for
+	// the lessee's release to find: the lessee stops deciding from it at
+	// the TTL, and its release may take a while to arrive.
+	leaseGrace = leaseTTL
+	// leaseReplicaTimeout bounds the push of a debited state to the key's
+	// replica holder before a grant is answered.
+	leaseReplicaTimeout = 250 * time.Millisecond
+	// leaseMaxRecords bounds the grants a node's book holds: past it, no
+	// grant is made until some end.
+	leaseMaxRecords = 1 << 16
+)
+
+// errNotLeasable answers a lease call for a rule that is not leased.
+var errNotLeasable = errors.New("peer: only TOKEN_BUCKET without warm-up or behaviors is leased")
+
+// creditor is a table that can give back hits a lease did not use
+// (bucket.TokenBucket).
+type creditor interface {
+	Credit(key string, now int64, r limit.Rule, hits int64) int64
+}
+
+// leasableRule reports whether checks under r may be decided from a lease:
+// a token bucket without warm-up or behavior flags.
+func leasableRule(r limit.Rule) bool {
+	return r.Algorithm == limit.TokenBucket && r.Warmup == 0 && r.Behavior == 0
+}
+
+// leaseRecord is one grant of this node's, outstanding.
+type leaseRecord struct {
+	key, lessee string
+	rule        limit.Rule
+	hits        int64
+	expires     int64 // Unix ns, by this node's clock
+}
+
+// leaseBook holds the grants this node made and that have not ended.
+// Records stay on the node that made them: they are what a release is
+// credited against, and nothing else needs them (the debit is in the
+// key's state). All methods are safe for concurrent use.
+type leaseBook struct {
+	mu        sync.Mutex
+	next      uint64                         // the last id given; guarded by mu
+	recs      map[uint64]*leaseRecord        // guarded by mu
+	lessees   map[string]map[string][]uint64 // key → lessee → its grants; guarded by mu
+	held      int64                          // hits of recs; guarded by mu
+	lastPrune int64                          // guarded by mu
+}
+
+func newLeaseBook() *leaseBook {
+	return &leaseBook{next: rand.Uint64() >> 1, recs: map[uint64]*leaseRecord{}, lessees: map[string]map[string][]uint64{}}
+}
+
+// add records a grant and returns its id.
+func (b *leaseBook) add(rec *leaseRecord) uint64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.next++
+	if b.next == 0 {
+		b.next++
+	}
+	b.recs[b.next] = rec
+	b.held += rec.hits
+	m := b.lessees[rec.key]
+	if m == nil {
+		m = map[string][]uint64{}
+		b.lessees[rec.key] = m
+	}
+	m[rec.lessee] = append(m[rec.lessee], b.next)
+	return b.next
+}
+
+// take removes every grant of lessee on key up to id (ids grow), provided
+// id is one of them, and returns id's rule and the hits of them all. A
+// lessee pools the hits of its grants of a key, so what it gives back may
+// come from any of them; a later grant, which may be on its way to the
+// lessee, is kept for the lessee's next release.
+func (b *leaseBook) take(id uint64, lessee, key string) (r limit.Rule, hits int64, ok bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	rec := b.recs[id]
+	if rec == nil || rec.lessee != lessee || rec.key != key {
+		return r, 0, false
+	}
+	for _, x := range slices.Clone(b.lessees[key][lessee]) { // removeLocked edits the list
+		if x <= id {
+			hits += b.recs[x].hits
+			b.removeLocked(x, b.recs[x])
+		}
+	}
+	return rec.rule, hits, true
+}
+
+// takeOne removes the grant id of lessee on key alone, and returns its
+// rule and hits.
+func (b *leaseBook) takeOne(id uint64, lessee, key string) (r limit.Rule, hits int64, ok bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	rec := b.recs[id]
+	if rec == nil || rec.lessee != lessee || rec.key != key {
+		return r, 0, false
+	}
+	b.removeLocked(id, rec)
+	return rec.rule, rec.hits, true
+}
+
+func (b *leaseBook) removeLocked(id uint64, rec *leaseRecord) {
+	delete(b.recs, id)
+	b.held -= rec.hits
+	m := b.lessees[rec.key]
+	ids := m[rec.lessee]
+	for i, x := range ids {
+		if x == id {
+			ids = append(ids[:i], ids[i+1:]...)
+			break
+		}
+	}
+	if m[rec.lessee] = ids; len(ids) == 0 {
+		delete(m, rec.lessee)
+	}
+	if len(m) == 0 {
+		delete(b.lessees, rec.key)
+	}
+}
+
+// lesseesOf returns how many nodes hold grants of key, and whether the
+// book has room for one more grant. It drops the records that have
+// expired (at most once per leaseTTL) and those of nodes that are not
+// members any more (member reports whether a name is one).
+func (b *leaseBook) lesseesOf(key string, now int64, member func(string) bool) (n int, room bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if now-b.lastPrune >= int64(leaseTTL) {
+		b.lastPrune = now
+		for id, rec := range b.recs {
+			if rec.expires <= now || !member(rec.lessee) {
+				b.removeLocked(id, rec)
+			}
+		}
+	}
+	return len(b.lessees[key]), len(b.recs) < leaseMaxRecords
+}
+
+// heldHits drops the grants that have expired at now and returns the hits
+// of those outstanding.
+func (b *leaseBook) heldHits(now int64) int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for id, rec := range b.recs {
+		if rec.expires <= now {
+			b.removeLocked(id, rec)
+		}
+	}
+	return b.held
+}
+
+// Lease serves State.Lease (api/peers.Leaser): a release of an earlier
+// grant, then a grant, for a key this node decides.
+func (n *Node) Lease(ctx context.Context, r limit.LeaseRequest) (limit.LeaseGrant, error) {
+	return n.mv.lease(ctx, r)
+}
+
+// lease answers a lease call. The release and the grant are decided under
+// deciding, for a key this node decides, as a forwarded check is; the
+// grant's debit then goes to the key's replica holder before it is
+// answered. Only another member of this node's ring is granted anything.
+func (mv *mover) lease(ctx context.Context, r limit.LeaseRequest) (limit.LeaseGrant, error) {
+	if !leasableRule(r.Rule) {
+		return limit.LeaseGrant{}, errNotLeasable
+	}
+	uk := uniqueKeyOf(r.Key)
+	ho := mv.host.marks()
+	ho.deciding.RLock()
+	v := mv.host.ringView()
+	if owner := mv.host.decider(v, uk); owner != "" {
+		ho.deciding.RUnlock()
+		return limit.LeaseGrant{NotOwner: owner}, nil
+	}
+	now := mv.cfg.Now().UnixNano()
+	var g limit.LeaseGrant
+	if r.Release != 0 {
+		g.Credited = mv.release(r, now)
+	}
+	if r.Want > 0 && mv.cfg.Leases && !mv.host.leaving() && v.snap.IndexOf(r.From) >= 0 && r.From != mv.cfg.Name {
+		g = mv.grantLocked(r, now, g)
+	}
+	ho.deciding.RUnlock()
+	if g.Hits == 0 {
+		return g, nil
+	}
+	if err := mv.replicateGrant(ctx, v, r.Key, uk); err != nil {
+		// The replica holder did not take the debit: take the grant back
+		// (while this node still decides the key; else the hits stay
+		// spent) and grant nothing.
+		mv.log.Debug("lease: replica of a grant failed; granting nothing", "err", err)
+		mv.undoGrant(r, g.ID)
+		return limit.LeaseGrant{Credited: g.Credited}, nil
+	}
+	mv.m.leaseGranted.Inc()
+	return g, nil
+}
+
+// release credits back what the lessee left of its grant r.Release. Under
+// deciding, for a key this node decides.
+func (mv *mover) release(r limit.LeaseRequest, now int64) int64 {
+	rule, hits, ok := mv.leases.take(r.Release, r.From, r.Key)
+	if !ok {
+		return 0
+	}
+	cr, ok := mv.host.tables()[limit.TokenBucket].(creditor)
+	if !ok || r.Leftover <= 0 {
+		return 0
+	}
+	got := cr.Credit(r.Key, now, rule, min(r.Leftover, hits))
+	mv.m.leaseReleased.Inc()
+	return got
+}
+
+// grantLocked sizes and debits a grant of key r.Key for r.From, or a deny
+// lease when the key is over its limit. Under deciding, for a key this
+// node decides.
+func (mv *mover) grantLocked(r limit.LeaseRequest, now int64, g limit.LeaseGrant) limit.LeaseGrant {
+	tb := mv.host.tables()[limit.TokenBucket]
+	peek := tb.Take(r.Key, now, r.Rule, 0)
+	if !peek.Allowed {
+		if peek.RetryAfter >= time.Millisecond {
+			// A deny lease lasts until one hit fits, at most a lease's
+			// TTL: a credit back meanwhile (a lease released) is
+			// then seen at the next ask.
+			g.Deny = min(peek.RetryAfter, leaseTTL)
+			mv.m.leaseDenied.Inc()
+		}
+		return g
+	}
+	lessees, room := mv.leases.lesseesOf(r.Key, now, mv.isMember)
+	size := leaseSize(r.Want, peek.Remaining, r.Rule.Capacity(), lessees)
+	if size == 0 || !room {
+		return g
+	}
+	if d := tb.Take(r.Key, now, r.Rule, size); !d.Allowed {
+		return g // taken meanwhile
+	}
+	g.ID = mv.leases.add(&leaseRecord{key: r.Key, lessee: r.From, rule: r.Rule, hits: size, expires: now + int64(leaseTTL+leaseGrace)})
+	g.Hits, g.TTL = size, leaseTTL
+	return g
+}
+
+// leaseSize is the size of a grant: what the lessee wants, at most a fair
+// share of what the key has left among its lessees and its owner, and
+// nothing once less than a quarter of the capacity is left, where the
+// owner decides every check again.
+func leaseSize(want, remaining, capacity int64, lessees int) int64 {
+	if remaining*4 < capacity {
+		return 0
+	}
+	return max(min(want, remaining/int64(lessees+2)), 0)
+}
+
+// undoGrant credits back a grant whose debit did not reach the replica.
+func (mv *mover) undoGrant(r limit.LeaseRequest, id uint64) {
+	ho := mv.host.marks()
+	ho.deciding.RLock()
+	defer ho.deciding.RUnlock()
+	rule, hits, ok := mv.leases.takeOne(id, r.From, r.Key)
+	if !ok || mv.host.decider(mv.host.ringView(), uniqueKeyOf(r.Key)) != "" {
+		return
+	}
+	if cr, ok := mv.host.tables()[limit.TokenBucket].(creditor); ok {
+		cr.Credit(r.Key, mv.cfg.Now().UnixNano(), rule, hits)
+	}
+}
+
+// replicateGrant pushes key's debited state to its replica holder, the
+// owner of the key in the ring without this node, and waits for the
+// answer. Without replication, or alone, there is nothing to wait for.
+func (mv *mover) replicateGrant(ctx context.Context, v *view, key, uk string) error {
+	if mv.cfg.ReplicationInterval <= 0 || v.backup == nil {
+		return nil
+	}
+	st, ok := mv.host.tables()[limit.TokenBucket].Export(key, mv.cfg.Now().UnixNano())
+	if !ok {
+		return nil
+	}
+	l, err := mv.host.link(v.backup.Owner(uk))
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, leaseReplicaTimeout)
+	defer cancel()
+	return l.Push(ctx, limit.Replica, nil, []limit.KeyState{{Algorithm: limit.TokenBucket, Key: key, State: st}})
+}

@@ -1,0 +1,295 @@
+package peer
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/shardlimiter/shardlimiter/limit"
+	"github.com/shardlimiter/shardlimiter/ring"
+)
+
+// Leases, the lessee's side: a key this node forwards often is decided
+// here from a lease of its owner's capacity (lease.go has the owner's
+// side, docs/ARCHITECTURE.md "Leases" the design).
+//
+// The check path (Node.Check) only reads and spends: a lease's hits are
+// one atomic counter per key, taken by CAS; a check that finds too few is
+// forwarded as before. Asking for a lease, renewing it and giving back
+// what is left are done off the check path, in a goroutine per call (at
+// most one per key at a time), started when the key's forwarded rate
+// passes Config.LeaseThreshold and its lease runs low. A lease ends at its
+// expiry, by a timer that gives back what is left; a leaving node gives
+// back all of its leases first (Node.Leave).
+
+const (
+	// leaseWindow is the span over which a key's rate of checks is
+	// measured.
+	leaseWindow = 100 * time.Millisecond
+	// leaseSpan is how much of its demand a lessee asks for: its rate
+	// times this. It renews at half of its last grant, about every half
+	// of this while the demand lasts.
+	leaseSpan = 200 * time.Millisecond
+	// leaseMargin is how much earlier than the owner a lessee ends a
+	// lease: it starts the TTL at its request, before the owner's, and
+	// stops a little earlier still, so that its release finds the record.
+	leaseMargin = leaseTTL / 5
+	// leaseCallTimeout bounds one lease call.
+	leaseCallTimeout = time.Second
+	// leaseBackoff is how long a lessee waits to ask again for a key that
+	// was granted nothing (near its limit, or the call failed).
+	leaseBackoff = 100 * time.Millisecond
+	// maxHeldKeys bounds the keys a node tracks for leases.
+	maxHeldKeys = 4096
+	// heldIdle is how long a tracked key without a lease is kept.
+	heldIdle = 5 * time.Second
+)
+
+// leaseHolder is the leases this node holds, and the demand of the keys it
+// forwards. All methods are safe for concurrent use.
+type leaseHolder struct {
+	n         *Node
+	threshold int64 // checks per second
+
+	mu        sync.RWMutex
+	keys      map[string]*heldKey // by table key; guarded by mu
+	lastPrune int64               // guarded by mu
+
+	held atomic.Int64   // hits held in leases, all keys
+	wg   sync.WaitGroup // the lease calls in flight (ask)
+}
+
+// heldKey is one key's lease and demand on the lessee.
+type heldKey struct {
+	key  string     // the table key
+	rule limit.Rule // the rule its leases are for
+
+	tokens atomic.Int64              // hits left in the lease
+	grant  atomic.Pointer[heldGrant] // the last grant; nil when none
+	deny   atomic.Int64              // refuse the key until this instant (Unix ns)
+	busy   atomic.Bool               // a lease call is in flight
+	ask    atomic.Int64              // do not ask before this instant
+	win    atomic.Int64              // start of the rate window (Unix ns)
+	count  atomic.Int64              // checks in the rate window
+	rate   atomic.Int64              // checks per second, last window
+	used   atomic.Int64              // last check (Unix ns)
+}
+
+// heldGrant is one grant as the lessee holds it.
+type heldGrant struct {
+	owner   string
+	id      uint64
+	hits    int64
+	expires int64 // Unix ns, by this node's clock
+}
+
+func newLeaseHolder(n *Node, threshold float64) *leaseHolder {
+	return &leaseHolder{n: n, threshold: max(int64(threshold), 1), keys: map[string]*heldKey{}}
+}
+
+// leasableCheck reports whether c may be decided from a lease.
+func leasableCheck(c *limit.Check) bool {
+	return !c.Chained && c.Hits > 0 && leasableRule(c.Rule)
+}
+
+// decide answers c, a check of key (a table key, valid only during the
+// call) owned by owner, from this node's lease when it has one with hits
+// enough, or its deny lease. It reports false when the check is to be
+// forwarded. It never blocks: a lease call it needs runs in a goroutine.
+func (lh *leaseHolder) decide(key string, c *limit.Check, owner ring.Member, now int64, res *limit.Result) bool {
+	e := lh.entry(key, c.Rule, now)
+	if e == nil {
+		return false
+	}
+	if e.rule != c.Rule {
+		lh.ruleChanged(e)
+		return false
+	}
+	e.observe(now)
+	if until := e.deny.Load(); now < until {
+		*res = limit.Result{Owner: lh.n.cfg.Name, Decision: limit.Decision{
+			ResetAt: until + capacityTime(c.Rule), RetryAfter: time.Duration(until - now)}}
+		lh.n.m.leaseDecisions.Inc()
+		return true
+	}
+	if g := e.grant.Load(); g != nil && now < g.expires {
+		for {
+			t := e.tokens.Load()
+			if t < c.Hits {
+				break
+			}
+			if e.tokens.CompareAndSwap(t, t-c.Hits) {
+				lh.held.Add(-c.Hits)
+				left := t - c.Hits
+				*res = limit.Result{Owner: lh.n.cfg.Name, Decision: limit.Decision{Allowed: true, Remaining: left,
+					ResetAt: now + int64(float64(capacityTime(c.Rule))*float64(max(c.Rule.Capacity()-left, 0))/float64(c.Rule.Capacity()))}}
+				lh.n.m.leaseDecisions.Inc()
+				if left*2 < g.hits || g.expires-now < int64(leaseTTL)/2 {
+					lh.renew(e, owner, now)
+				}
+				return true
+			}
+		}
+	}
+	lh.renew(e, owner, now)
+	return false
+}
+
+// ruleChanged forgets e, whose key is now checked under another rule,
+// once it holds no lease: the key's next check tracks it under its rule.
+func (lh *leaseHolder) ruleChanged(e *heldKey) {
+	if e.grant.Load() != nil || e.busy.Load() {
+		return
+	}
+	lh.mu.Lock()
+	if lh.keys[e.key] == e {
+		delete(lh.keys, e.key)
+	}
+	lh.mu.Unlock()
+}
+
+// capacityTime is how long an empty bucket of r takes to refill.
+func capacityTime(r limit.Rule) int64 {
+	return int64(r.Period) / r.Limit * r.Capacity()
+}
+
+// observe counts a check in the key's rate window.
+func (e *heldKey) observe(now int64) {
+	e.used.Store(now)
+	e.count.Add(1)
+	if w := e.win.Load(); now-w >= int64(leaseWindow) && e.win.CompareAndSwap(w, now) {
+		c := e.count.Swap(0)
+		if w == 0 {
+			return
+		}
+		e.rate.Store(c * int64(time.Second) / (now - w))
+	}
+}
+
+// entry returns the tracked key, adding it when there is room.
+func (lh *leaseHolder) entry(key string, r limit.Rule, now int64) *heldKey {
+	lh.mu.RLock()
+	e := lh.keys[key]
+	lh.mu.RUnlock()
+	if e != nil {
+		return e
+	}
+	lh.mu.Lock()
+	defer lh.mu.Unlock()
+	if e = lh.keys[key]; e != nil {
+		return e
+	}
+	if len(lh.keys) >= maxHeldKeys {
+		if now-lh.lastPrune < int64(heldIdle) {
+			return nil
+		}
+		lh.lastPrune = now
+		for k, e := range lh.keys {
+			if e.grant.Load() == nil && !e.busy.Load() && now-e.used.Load() > int64(heldIdle) {
+				delete(lh.keys, k)
+			}
+		}
+		if len(lh.keys) >= maxHeldKeys {
+			return nil
+		}
+	}
+	e = &heldKey{key: string([]byte(key)), rule: r}
+	lh.keys[e.key] = e
+	return e
+}
+
+// renew starts a lease call for e when its demand passes the threshold
+// and none is in flight or backing off.
+func (lh *leaseHolder) renew(e *heldKey, owner ring.Member, now int64) {
+	if e.rate.Load() < lh.threshold || now < e.ask.Load() || lh.n.leaving.Load() || !e.busy.CompareAndSwap(false, true) {
+		return
+	}
+	lh.wg.Go(func() {
+		defer e.busy.Store(false)
+		lh.ask(e, owner)
+	})
+}
+
+// ask asks owner for a grant for e and installs what it gets.
+func (lh *leaseHolder) ask(e *heldKey, owner ring.Member) {
+	start := lh.n.cfg.Now().UnixNano()
+	want := min(max(e.rate.Load()*int64(leaseSpan)/int64(time.Second), 1), e.rule.Capacity())
+	g, err := lh.call(owner, limit.LeaseRequest{Key: e.key, Rule: e.rule, Want: want})
+	switch {
+	case err != nil || g.NotOwner != "":
+		e.ask.Store(start + int64(leaseBackoff))
+		return
+	case g.Deny > 0:
+		e.deny.Store(start + int64(g.Deny))
+		return
+	case g.Hits == 0:
+		e.ask.Store(start + int64(leaseBackoff))
+		return
+	}
+	ng := &heldGrant{owner: owner.Name, id: g.ID, hits: g.Hits, expires: start + int64(g.TTL) - int64(leaseMargin)}
+	if old := e.grant.Swap(ng); old != nil && old.expires > start {
+		lh.n.m.leaseRenewed.Inc()
+	}
+	e.tokens.Add(g.Hits)
+	lh.held.Add(g.Hits)
+	time.AfterFunc(g.TTL-leaseMargin, func() { lh.expire(e, ng) })
+}
+
+// expire ends g, e's grant, unless a later grant replaced it, and gives
+// back what is left of the lease.
+func (lh *leaseHolder) expire(e *heldKey, g *heldGrant) {
+	if !e.grant.CompareAndSwap(g, nil) {
+		return
+	}
+	lh.n.m.leaseExpired.Inc()
+	lh.giveBack(e, g)
+}
+
+// giveBack takes what is left of e's lease out of use and releases it to
+// the owner of g, e's last grant.
+func (lh *leaseHolder) giveBack(e *heldKey, g *heldGrant) {
+	left := e.tokens.Swap(0)
+	lh.held.Add(-left)
+	if left == 0 {
+		return
+	}
+	m := lh.n.member(g.owner)
+	if peerAddr(m) == "" {
+		return
+	}
+	// A release that fails leaves the hits spent: under-admission.
+	_, _ = lh.call(m, limit.LeaseRequest{Key: e.key, Rule: e.rule, Release: g.id, Leftover: left})
+}
+
+// wait waits for the lease calls in flight (Node.Run, before the links
+// close; each is bounded by leaseCallTimeout). An expiry that fires later
+// finds the links closed and gives nothing back: the node is gone, its
+// hits stay spent.
+func (lh *leaseHolder) wait() { lh.wg.Wait() }
+
+// call makes one lease call to m.
+func (lh *leaseHolder) call(m ring.Member, r limit.LeaseRequest) (limit.LeaseGrant, error) {
+	l, err := lh.n.peers.link(m)
+	if err != nil {
+		return limit.LeaseGrant{}, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), leaseCallTimeout)
+	defer cancel()
+	return l.Lease(ctx, r)
+}
+
+// releaseAll gives back every lease this node holds, in parallel, and
+// waits for the answers (Node.Leave). Checks decided after it are
+// forwarded.
+func (lh *leaseHolder) releaseAll() {
+	lh.mu.RLock()
+	var wg sync.WaitGroup
+	for _, e := range lh.keys {
+		if g := e.grant.Swap(nil); g != nil {
+			wg.Go(func() { lh.giveBack(e, g) })
+		}
+	}
+	lh.mu.RUnlock()
+	wg.Wait()
+}
