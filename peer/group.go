@@ -53,12 +53,12 @@ func (n *Node) decideRun(kb *keyBuf, g []limit.Check, out []limit.Result, now in
 	n.mv.changed()
 	if len(g) == 1 {
 		out[0] = n.decide(kb, &g[0], now)
-		kb.tally.record(&g[0], &out[0].Decision)
+		kb.tally.Record(&g[0], &out[0].Decision)
 		return
 	}
 	n.decideGroup(kb, g, out, now)
 	for i := range g {
-		kb.tally.record(&g[i], &out[i].Decision)
+		kb.tally.Record(&g[i], &out[i].Decision)
 	}
 }
 

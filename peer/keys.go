@@ -3,6 +3,8 @@ package peer
 import (
 	"encoding/binary"
 	"unsafe"
+
+	"github.com/shardlimiter/shardlimiter/peer/rulemetrics"
 )
 
 // keyBuf builds table keys for one batch without allocating per check.
@@ -16,11 +18,11 @@ import (
 // call. That is safe because the tables never keep the string they are
 // given: they copy it (strings.Clone) when they insert a key.
 //
-// It also carries the batch's per-rule tally (rulemetrics.go): put it
+// It also carries the batch's per-rule tally (package rulemetrics): put it
 // back with Node.putKeyBuf, which flushes the tally.
 type keyBuf struct {
 	b     []byte
-	tally ruleTally
+	tally rulemetrics.Tally
 }
 
 func (k *keyBuf) key(name, key string) string {
@@ -33,6 +35,6 @@ func (k *keyBuf) key(name, key string) string {
 
 // putKeyBuf flushes kb's per-rule tally and returns it to the pool.
 func (n *Node) putKeyBuf(kb *keyBuf) {
-	kb.tally.flush()
+	kb.tally.Flush()
 	n.keyBufs.Put(kb)
 }

@@ -4,6 +4,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/shardlimiter/shardlimiter/limit"
+	"github.com/shardlimiter/shardlimiter/peer/rulemetrics"
 )
 
 // metrics are the node's Prometheus series. All counters on the check path
@@ -26,7 +27,7 @@ type metrics struct {
 	standin            prometheus.Counter
 	notOwner           prometheus.Counter
 	redirects          prometheus.Counter
-	rules              *ruleMetrics
+	rules              *rulemetrics.Metrics
 
 	// Leases (lease.go, leasehold.go).
 	leaseGranted   prometheus.Counter // owner: grants made
@@ -72,13 +73,13 @@ func newMetrics(reg prometheus.Registerer, n *Node, maxRules int) *metrics {
 		Name: "shardlimiter_peer_redirects_total",
 		Help: "Checks sent on to the owner another node named after it refused them.",
 	})
-	m.rules = newRuleMetrics(maxRules)
+	m.rules = rulemetrics.New(maxRules)
 	leases := m.initLeases(n)
 	if reg == nil {
 		return m
 	}
 	reg.MustRegister(leases...)
-	reg.MustRegister(m.rules.collectors()...)
+	reg.MustRegister(m.rules.Collectors()...)
 	reg.MustRegister(moving...)
 	reg.MustRegister(fallback, m.ringMembers, m.ringRebuilds, m.swept,
 		tableCollector{n: n}, m.standin, m.notOwner, m.redirects, handoffCollector{n: n})

@@ -138,7 +138,7 @@ type Config struct {
 	SnapshotInterval time.Duration
 	// MetricsMaxRules bounds the rule names that get series of their own in
 	// the per-rule metrics (rulemetrics.go); checks of later names are
-	// counted under rule="other". 0 means DefaultMetricsMaxRules (1000).
+	// counted under rule="other". 0 means rulemetrics.DefaultMaxRules (1000).
 	// Each name costs five series (~1.5 KiB) on every node and in the
 	// monitoring system.
 	MetricsMaxRules int
@@ -280,7 +280,7 @@ func New(cfg Config) (*Node, error) {
 		limit.GubernatorLeakyBucket: gub.Leaky(),
 		limit.Cell:                  cell.NewTable(tc),
 	}
-	n.keyBufs.New = func() any { return &keyBuf{b: make([]byte, 0, 64), tally: ruleTally{rm: n.m.rules}} }
+	n.keyBufs.New = func() any { return &keyBuf{b: make([]byte, 0, 64), tally: n.m.rules.NewTally()} }
 	n.groups.seed = maphash.MakeSeed()
 	n.peers.dial, n.peers.backoff, n.peers.self = cfg.Peers, cfg.PeerBackoff, cfg.Name
 	if n.peers.dial == nil {

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/shardlimiter/shardlimiter/limit"
+	"github.com/shardlimiter/shardlimiter/peer/rulemetrics"
 )
 
 // ruleSeries gathers reg's per-rule checks by rule and outcome, and hits by rule.
@@ -167,7 +168,7 @@ func TestRuleMetricsCountedOnceOnTheOwner(t *testing.T) {
 	total := 0.0
 	for name, reg := range regs {
 		checks, _ := ruleSeries(t, reg)
-		for _, o := range outcomeNames {
+		for _, o := range []string{"under", "near", "over", "peek"} {
 			k := [2]string{"api", o}
 			if checks[k] != decided[name][k] {
 				t.Errorf("%s: rule_checks_total%v = %v, want %v (the checks it decided)", name, k, checks[k], decided[name][k])
@@ -210,52 +211,22 @@ func TestRuleMetricsCap(t *testing.T) {
 		rules[k[0]] = true
 		total += v
 	}
-	if len(rules) != 6 || !rules[OtherRule] {
-		t.Errorf("rule label values = %v, want 5 names and %q", rules, OtherRule)
+	if len(rules) != 6 || !rules[rulemetrics.OtherRule] {
+		t.Errorf("rule label values = %v, want 5 names and %q", rules, rulemetrics.OtherRule)
 	}
 	if total != 1000 {
 		t.Errorf("checks counted = %v, want 1000", total)
 	}
-	if got := checks[[2]string{OtherRule, "under"}]; got != 995 {
-		t.Errorf("checks under %q = %v, want 995", OtherRule, got)
+	if got := checks[[2]string{rulemetrics.OtherRule, "under"}]; got != 995 {
+		t.Errorf("checks under %q = %v, want 995", rulemetrics.OtherRule, got)
 	}
-	if got := hits[OtherRule]; got != 995 {
-		t.Errorf("hits under %q = %v, want 995", OtherRule, got)
+	if got := hits[rulemetrics.OtherRule]; got != 995 {
+		t.Errorf("hits under %q = %v, want 995", rulemetrics.OtherRule, got)
 	}
 	if got := gauge(t, reg, "shardlimiter_rule_folded_checks_total"); got != 995 {
 		t.Errorf("folded checks = %v, want 995", got)
 	}
 	if got := gauge(t, reg, "shardlimiter_rule_names"); got != 5 {
 		t.Errorf("rule names = %v, want 5", got)
-	}
-}
-
-// BenchmarkRuleMetricsRecord is the per-check cost of the per-rule
-// counters on the check path: batches of 100 checks of one name, or of
-// names that change at every check (the worst case: a lookup and the
-// adds for each).
-func BenchmarkRuleMetricsRecord(b *testing.B) {
-	for _, mixed := range []bool{false, true} {
-		b.Run(fmt.Sprintf("mixed=%v", mixed), func(b *testing.B) {
-			rm := newRuleMetrics(0)
-			batch := make([]limit.Check, 100)
-			for i := range batch {
-				batch[i] = limit.Check{Name: "api_per_minute", Key: "k", Hits: 1, Rule: limit.Rule{Limit: 100}}
-				if mixed {
-					batch[i].Name = fmt.Sprint("rule-", i%7)
-				}
-			}
-			d := limit.Decision{Allowed: true, Remaining: 50}
-			b.RunParallel(func(pb *testing.PB) {
-				t := ruleTally{rm: rm}
-				for pb.Next() {
-					for i := range batch {
-						t.record(&batch[i], &d)
-					}
-					t.flush()
-				}
-			})
-			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(batch)), "ns/check")
-		})
 	}
 }

@@ -43,7 +43,7 @@ var allowed = map[string][]string{
 	"api/gubernator":       {"limit", "transport", "transport/server", "transport/wire", "api/gubernator/gubpb"},
 	"api/gubernator/gubpb": {},
 	"api/resp":             {"limit", "transport", "transport/server"},
-	"peer":                 {"limit", "table", "bucket", "window", "ring", "transport", "transport/dial", "snapshot", "gubernator", "cell", "internal/cowmap"},
+	"peer":                 {"limit", "table", "bucket", "window", "ring", "transport", "transport/dial", "snapshot", "gubernator", "cell", "internal/cowmap", "peer/rulemetrics"},
 	"cmd/shardlimiter":     {"*"},
 	"loadtest":             {"limit", "transport", "transport/dial", "transport/server", "api/native", "api/gubernator/gubpb", "internal/wide", "client"},
 	"internal/archtest":    {},
@@ -60,6 +60,8 @@ var allowed = map[string][]string{
 	"internal/statebytes": {},
 	// The bounded copy-on-write map of the per-rule metrics (peer, rls).
 	"internal/cowmap": {},
+	// The node's per-rule series of decided checks.
+	"peer/rulemetrics": {"limit", "internal/cowmap"},
 
 	// transport's codec: the protobuf wire format from and into limit's
 	// types; the generated messages stay out of it.

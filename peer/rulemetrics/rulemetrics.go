@@ -1,4 +1,7 @@
-package peer
+// Package rulemetrics counts a node's decided checks by rule name and
+// outcome, with a bounded number of names: the per-rule series of
+// docs/ARCHITECTURE.md, "Per-rule metrics".
+package rulemetrics
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
@@ -7,25 +10,26 @@ import (
 	"github.com/shardlimiter/shardlimiter/limit"
 )
 
-// Per-rule metrics: the checks this node decided, by rule name and outcome.
+// The checks a node decided, by rule name and outcome.
 //
 // A rule name comes from the caller, so its series are bounded: the first
-// MetricsMaxRules names get series of their own, every later one is
+// --metrics-max-rules names get series of their own, every later one is
 // counted under rule="other" (and in a counter of such checks). The unique
 // key never becomes a label.
 //
 // The counters of a name are bound once, when the name is first seen, and
 // published in a copy-on-write map (internal/cowmap), so lookups take no
-// lock. Only a new name (at most MetricsMaxRules times in the node's life)
+// lock. Only a new name (at most --metrics-max-rules times in the node's life)
 // takes its mutex and copies the map. A batch sums its checks
-// in a ruleTally and adds to the counters once per run of checks of one
+// in a Tally and adds to the counters once per run of checks of one
 // name: a batch of one rule costs one lookup and a few atomic adds,
 // whatever its size (BenchmarkRuleMetricsRecord).
 
-// DefaultMetricsMaxRules is Config.MetricsMaxRules when zero.
-const DefaultMetricsMaxRules = 1000
+// DefaultMaxRules is the bound on names with series of their own when New
+// is given 0.
+const DefaultMaxRules = 1000
 
-// OtherRule is the rule label of the names beyond MetricsMaxRules.
+// OtherRule is the rule label of the names beyond the bound.
 const OtherRule = "other"
 
 // NearLimitRatio is envoyproxy/ratelimit's near-limit threshold: a check
@@ -51,8 +55,8 @@ type ruleCounters struct {
 	hits   prometheus.Counter // hits admitted
 }
 
-// ruleMetrics are the per-rule series of a node. Safe for concurrent use.
-type ruleMetrics struct {
+// Metrics are the per-rule series of a node. Safe for concurrent use.
+type Metrics struct {
 	names  *cowmap.Map[string, *ruleCounters] // at most max names
 	other  *ruleCounters
 	folded prometheus.Counter
@@ -61,11 +65,13 @@ type ruleMetrics struct {
 	count  prometheus.GaugeFunc
 }
 
-func newRuleMetrics(max int) *ruleMetrics {
+// New returns the series of at most max names (0: DefaultMaxRules) beside
+// OtherRule's; register Collectors.
+func New(max int) *Metrics {
 	if max <= 0 {
-		max = DefaultMetricsMaxRules
+		max = DefaultMaxRules
 	}
-	rm := &ruleMetrics{names: cowmap.New[string, *ruleCounters](max)}
+	rm := &Metrics{names: cowmap.New[string, *ruleCounters](max)}
 	rm.checks = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "shardlimiter_rule_checks_total",
 		Help: "Checks decided on this node (the owner), by rule name (the first --metrics-max-rules names; the rest under \"other\") and outcome: under (admitted, 20% or more of the limit left), near (admitted, less left), over (refused), peek (hits 0).",
@@ -86,11 +92,12 @@ func newRuleMetrics(max int) *ruleMetrics {
 	return rm
 }
 
-func (rm *ruleMetrics) collectors() []prometheus.Collector {
+// Collectors are the series to register.
+func (rm *Metrics) Collectors() []prometheus.Collector {
 	return []prometheus.Collector{rm.checks, rm.hits, rm.folded, rm.count}
 }
 
-func (rm *ruleMetrics) bind(name string) *ruleCounters {
+func (rm *Metrics) bind(name string) *ruleCounters {
 	rc := &ruleCounters{hits: rm.hits.WithLabelValues(name)}
 	for i, o := range outcomeNames {
 		rc.checks[i] = rm.checks.WithLabelValues(name, o)
@@ -101,7 +108,7 @@ func (rm *ruleMetrics) bind(name string) *ruleCounters {
 // lookup returns the counters of name, binding them when name is new and
 // the cap allows, else the counters of OtherRule. A caller's own "other"
 // shares the folded names' series.
-func (rm *ruleMetrics) lookup(name string) *ruleCounters {
+func (rm *Metrics) lookup(name string) *ruleCounters {
 	rc, ok := rm.names.LoadOrAdd(name, func() (*ruleCounters, bool) {
 		if name == OtherRule {
 			return nil, false
@@ -114,23 +121,26 @@ func (rm *ruleMetrics) lookup(name string) *ruleCounters {
 	return rc
 }
 
-// ruleTally sums the outcomes of a run of checks of one name within a
-// batch, so that a batch of many checks of one rule (the common case) costs
-// one lookup and a few atomic adds rather than two per check. The node keeps
-// one per batch (in its keyBuf) and flushes it before the batch returns.
-// Not safe for concurrent use.
-type ruleTally struct {
-	rm   *ruleMetrics
+// Tally sums the outcomes of a run of checks of one name within a batch,
+// so that a batch of many checks of one rule (the common case) costs one
+// lookup and a few atomic adds rather than two per check. A node keeps one
+// per batch and flushes it before the batch returns. Not safe for
+// concurrent use.
+type Tally struct {
+	rm   *Metrics
 	name string // aliases the batch's check: cleared by flush
 	rc   *ruleCounters
 	n    [numOutcomes]int64
 	hits int64
 }
 
-// record counts one decided check.
-func (t *ruleTally) record(c *limit.Check, d *limit.Decision) {
+// NewTally returns an empty tally of rm's series.
+func (rm *Metrics) NewTally() Tally { return Tally{rm: rm} }
+
+// Record counts one decided check.
+func (t *Tally) Record(c *limit.Check, d *limit.Decision) {
 	if t.rc == nil || c.Name != t.name {
-		t.flush()
+		t.Flush()
 		t.name, t.rc = c.Name, t.rm.lookup(c.Name)
 	}
 	t.n[outcomeOf(c, d)]++
@@ -139,8 +149,8 @@ func (t *ruleTally) record(c *limit.Check, d *limit.Decision) {
 	}
 }
 
-// flush adds the run's counts to its counters and empties t.
-func (t *ruleTally) flush() {
+// Flush adds the run's counts to its counters and empties t.
+func (t *Tally) Flush() {
 	if t.rc == nil {
 		return
 	}
@@ -157,7 +167,7 @@ func (t *ruleTally) flush() {
 	if t.rc == t.rm.other && t.name != OtherRule {
 		t.rm.folded.Add(float64(sum))
 	}
-	*t = ruleTally{rm: t.rm}
+	*t = Tally{rm: t.rm}
 }
 
 // outcomeOf classifies a decided check. Near: what is left after the
