@@ -28,7 +28,7 @@ const (
 )
 
 // StandinHeader marks a Peers call whose checks the receiver decides as the
-// stand-in of their unreachable owner (see PeerConfig.Standin).
+// stand-in of their unreachable owner (see dial.PeerConfig.Standin).
 const StandinHeader = "shardlimiter-standin"
 
 // IsStandin reports whether the Peers call of ctx asks the receiver to
