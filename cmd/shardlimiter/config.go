@@ -122,33 +122,38 @@ func newFlagSet(name string, out io.Writer) (*flag.FlagSet, map[string]*string) 
 	def("rls-header-limit", "RateLimit-Limit", "Envoy rate-limit service: name of the limit header of --rls-headers-format ratelimit")
 	def("rls-header-remaining", "RateLimit-Remaining", "Envoy rate-limit service: name of the remaining header of --rls-headers-format ratelimit")
 	def("rls-header-reset", "RateLimit-Reset", "Envoy rate-limit service: name of the reset header of --rls-headers-format ratelimit")
+	defineBools(fs, raw)
+	fs.Usage = func() { usage(fs, out, name) }
+	return fs, raw
+}
+
+// defineBools defines the boolean flags, each also read from its
+// environment variable.
+func defineBools(fs *flag.FlagSet, raw map[string]*string) {
 	for name, usage := range map[string]string{
 		"shadow-mode":                        "Envoy rate-limit service: count and report every rule, but always answer OK",
 		"rls-headers":                        "Envoy rate-limit service: add rate-limit response headers for the descriptor closest to its limit (format: --rls-headers-format)",
 		"rls-stop-increment-when-over-limit": "Envoy rate-limit service: count only the hits a descriptor admits (envoyproxy/ratelimit's STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT); by default every hit counts, past the limit",
 		"rls-dynamic-metadata":               "Envoy rate-limit service: return envoyproxy/ratelimit's dynamic metadata (domain, descriptors, hitsAddend, the metadata of the rules that passed), as its RESPONSE_DYNAMIC_METADATA",
+		"leases":                             "lease hot keys (docs/ARCHITECTURE.md, Leases): grant shares of the keys this node owns to the nodes that ask, each debited from the key, and ask for them for the TOKEN_BUCKET keys this node forwards above --lease-threshold, deciding their checks here; exact, off by default",
+		"pprof":                              "serve Go profiles at /debug/pprof/ on the HTTP address, for operators profiling a node",
 	} {
 		b := boolString("false")
 		raw[name] = (*string)(&b)
 		fs.Var(&b, name, usage+" (env "+envName(name)+")")
 	}
-	leases := boolString("false")
-	raw["leases"] = (*string)(&leases)
-	fs.Var(&leases, "leases", "lease hot keys (docs/ARCHITECTURE.md, Leases): grant shares of the keys this node owns to the nodes that ask, each debited from the key, and ask for them for the TOKEN_BUCKET keys this node forwards above --lease-threshold, deciding their checks here; exact, off by default (env "+envName("leases")+")")
-	pprof := boolString("false")
-	raw["pprof"] = (*string)(&pprof)
-	fs.Var(&pprof, "pprof", "serve Go profiles at /debug/pprof/ on the HTTP address, for operators profiling a node (env "+envName("pprof")+")")
-	fs.Usage = func() {
-		fmt.Fprintf(out, "Usage: %[1]s [flags]                  (run a node)\n"+
-			"       %[1]s check [flags]            (a one-off check against a server; see %[1]s check -h)\n"+
-			"       %[1]s inspect key|match [flags] (a key's state, or the rule descriptors match, without counting)\n"+
-			"       %[1]s config check FILE|DIR…   (validate rules files without a server)\n"+
-			"       %[1]s version | --version      (print the version)\n"+
-			"\nEvery flag can also be set by its environment variable. The subcommands name\n"+
-			"the node they ask with -server (or SHARDLIMITER_SERVER).\n\nFlags:\n", name)
-		fs.PrintDefaults()
-	}
-	return fs, raw
+}
+
+// usage prints the command's usage and its flags.
+func usage(fs *flag.FlagSet, out io.Writer, name string) {
+	fmt.Fprintf(out, "Usage: %[1]s [flags]                  (run a node)\n"+
+		"       %[1]s check [flags]            (a one-off check against a server; see %[1]s check -h)\n"+
+		"       %[1]s inspect key|match [flags] (a key's state, or the rule descriptors match, without counting)\n"+
+		"       %[1]s config check FILE|DIR…   (validate rules files without a server)\n"+
+		"       %[1]s version | --version      (print the version)\n"+
+		"\nEvery flag can also be set by its environment variable. The subcommands name\n"+
+		"the node they ask with -server (or SHARDLIMITER_SERVER).\n\nFlags:\n", name)
+	fs.PrintDefaults()
 }
 
 // parseConfig parses args, then fills every flag not given on the command

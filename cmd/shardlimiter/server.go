@@ -369,39 +369,7 @@ func (s *server) serve(ctx context.Context, stdout io.Writer) error {
 	})
 	wg.Go(func() { s.sec.run(nodeCtx, s.cfg) })
 	wg.Go(func() { s.rls.run(nodeCtx) })
-	for name, g := range map[string]*tserver.Listener{"grpc": s.grpc, "peer": s.peers} {
-		lis := s.grpcLis
-		if g == s.peers {
-			lis = s.peerLis
-		}
-		wg.Go(func() {
-			if err := g.Serve(lis); err != nil {
-				errc <- fmt.Errorf("%s: %w", name, err)
-			}
-		})
-	}
-	for name, h := range map[string]*http.Server{"http": s.http, "health": s.health, "gubernator-http": s.gubHTTP} {
-		lis := s.httpLis
-		if h == nil {
-			continue
-		} else if h == s.health {
-			lis = s.healthLis
-		} else if h == s.gubHTTP {
-			lis = s.gubLis
-		}
-		wg.Go(func() {
-			if err := h.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				errc <- fmt.Errorf("%s: %w", name, err)
-			}
-		})
-	}
-	if s.resp != nil {
-		wg.Go(func() {
-			if err := s.resp.Serve(s.respLis); err != nil {
-				errc <- fmt.Errorf("resp: %w", err)
-			}
-		})
-	}
+	s.startListeners(&wg, errc)
 	s.sec.warn()
 	healthCtx, stopHealth := context.WithCancel(context.Background())
 	healthDone := make(chan struct{})
@@ -434,6 +402,30 @@ func (s *server) serve(ctx context.Context, stdout io.Writer) error {
 	wg.Wait()
 	s.log.Info("stopped")
 	return runErr
+}
+
+// startListeners serves every listener in a goroutine of wg; a listener
+// that fails sends its error to errc.
+func (s *server) startListeners(wg *sync.WaitGroup, errc chan<- error) {
+	serve := func(name string, run func() error) {
+		wg.Go(func() {
+			if err := run(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				errc <- fmt.Errorf("%s: %w", name, err)
+			}
+		})
+	}
+	serve("grpc", func() error { return s.grpc.Serve(s.grpcLis) })
+	serve("peer", func() error { return s.peers.Serve(s.peerLis) })
+	serve("http", func() error { return s.http.Serve(s.httpLis) })
+	if s.health != nil {
+		serve("health", func() error { return s.health.Serve(s.healthLis) })
+	}
+	if s.gubHTTP != nil {
+		serve("gubernator-http", func() error { return s.gubHTTP.Serve(s.gubLis) })
+	}
+	if s.resp != nil {
+		serve("resp", func() error { return s.resp.Serve(s.respLis) })
+	}
 }
 
 // stopServers closes the listeners and waits for the requests in flight;
