@@ -52,6 +52,8 @@ func TestMemoryBudgetHoldsUnderFloods(t *testing.T) {
 		// The margin over --max-memory: the process's binary, stacks
 		// and the allocator's slack that the soft limit does not see.
 		margin = 64 << 20
+		// longLife is the period of the flood's long keys (see below).
+		longLife = 20 * time.Second
 	)
 	bin := buildBinary(t)
 	p := startProc(t, bin, "127.0.0.1", freeGossipPort(t, "127.0.0.1"), "", "--max-memory", strconv.Itoa(maxMemory))
@@ -88,9 +90,11 @@ func TestMemoryBudgetHoldsUnderFloods(t *testing.T) {
 	}
 
 	// Long keys, two tables: 200k keys of 1 KiB, ~220 MB unbounded. They
-	// live 5 s, so that the budget fills even when a busy machine sends
-	// the batches slowly (with 1 s the sweep freed them as fast as a slow
-	// flood came: no eviction for bytes, a CI flake).
+	// live 20 s, so that the budget fills even when a busy machine sends
+	// the batches slowly: the budget (64 MiB) fills only when more than it
+	// arrives within one key's life. With 1 s the sweep freed them as fast
+	// as a slow flood came, and with 5 s a flood of 44 s (load average 8
+	// on 2 cores) never filled it: no eviction for bytes, a flake.
 	pad := strings.Repeat("k", limit.MaxKeyLen-12)
 	algs := []limit.Algorithm{limit.FixedWindow, limit.TokenBucket}
 	batch := make([]limit.Check, 0, 1001)
@@ -98,7 +102,7 @@ func TestMemoryBudgetHoldsUnderFloods(t *testing.T) {
 		batch = batch[:0]
 		for j := range 999 {
 			batch = append(batch, limit.Check{Name: "long", Key: fmt.Sprintf("%s%010d", pad, i*999+j), Hits: 1,
-				Rule: limit.Rule{Algorithm: algs[j%2], Limit: 10, Period: 5 * time.Second}})
+				Rule: limit.Rule{Algorithm: algs[j%2], Limit: 10, Period: longLife}})
 		}
 		send(batch)
 	}
@@ -127,12 +131,12 @@ func TestMemoryBudgetHoldsUnderFloods(t *testing.T) {
 	if held := metric(http.DefaultClient, url, "shardlimiter_table_bytes"); budget <= 0 || held > budget*9/8 {
 		t.Errorf("tables hold %v bytes against a budget of %v", held, budget)
 	}
-	// The long keys go idle 5 s after their last hit and the sweep frees
-	// them; what stays is the logs (a year) and the steady key.
+	// The long keys go idle longLife after their last hit and the sweep
+	// frees them; what stays is the logs (a year) and the steady key.
 	longBytes := func() float64 {
 		return metric(http.DefaultClient, url, "shardlimiter_table_bytes", `algorithm="TOKEN_BUCKET"`)
 	}
-	poll.Until(t, 30*time.Second, func() bool { return longBytes() < 1<<10 },
+	poll.Until(t, longLife+30*time.Second, func() bool { return longBytes() < 1<<10 },
 		"TOKEN_BUCKET still holds %v bytes after its keys expired", longBytes())
 }
 
