@@ -1,0 +1,139 @@
+package peer
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/shardlimiter/shardlimiter/internal/poll"
+	"github.com/shardlimiter/shardlimiter/limit"
+	"github.com/shardlimiter/shardlimiter/ring"
+)
+
+// viewOf is self's view of a ring of names, built as a node builds it.
+func viewOf(t *testing.T, self string, names ...string) *view {
+	t.Helper()
+	var ms []ring.Member
+	for _, n := range names {
+		ms = append(ms, ring.Member{Name: n})
+	}
+	snap, err := ring.New(ms, 1, ring.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := &view{snap: snap, self: snap.IndexOf(self)}
+	if v.self >= 0 && snap.Len() > 1 {
+		if v.backup, err = snap.Without(self); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return v
+}
+
+// holder is the replica holder of partition p in v: its owner without v's
+// node; "" when there is none.
+func holder(v *view, p int) string {
+	if v.backup == nil {
+		return ""
+	}
+	return v.backup.Member(v.backup.PartitionOwner(p)).Name
+}
+
+func TestReplicaMoves(t *testing.T) {
+	t.Parallel()
+	three := viewOf(t, "a", "a", "b", "c")
+	four := viewOf(t, "a", "a", "b", "c", "d")
+	alone := viewOf(t, "a", "a")
+	for _, tc := range []struct {
+		name     string
+		old, cur *view
+		some     bool // some partition must be re-sent
+	}{
+		{"join of d", three, four, true},
+		{"leave of d", four, three, true},
+		{"no change", four, four, false},
+		{"a was alone", alone, three, true},
+		{"a is alone", three, alone, false},
+		{"a was not a member", viewOf(t, "a", "b", "c"), three, false},
+	} {
+		got := replicaMoves(tc.old, tc.cur)
+		if tc.some != (len(got) > 0) {
+			t.Errorf("%s: replicaMoves gives %d partitions, want some: %v", tc.name, len(got), tc.some)
+		}
+		in := map[int]bool{}
+		for _, p := range got {
+			in[p] = true
+		}
+		for p := range tc.cur.snap.Partitions() {
+			kept := tc.old.self >= 0 && tc.cur.self >= 0 && tc.old.snap.PartitionOwner(p) == tc.old.self && tc.cur.snap.PartitionOwner(p) == tc.cur.self
+			want := kept && tc.cur.backup != nil && holder(tc.old, p) != holder(tc.cur, p)
+			if in[p] != want {
+				t.Errorf("%s: partition %d re-sent %v, want %v (kept %v, holder %q then %q)", tc.name, p, in[p], want, kept, holder(tc.old, p), holder(tc.cur, p))
+			}
+		}
+	}
+}
+
+// TestReplicaMoveReachesNewHolder: keys spent on their owner and
+// replicated, then never checked again, reach the node a join makes their
+// replica holder (the owner stays); when the owner crashes, that node
+// continues their exact counts.
+func TestReplicaMoveReachesNewHolder(t *testing.T) {
+	t.Parallel()
+	clk := newClock()
+	c := newTestCluster(t, 3, Config{Now: clk.Now, ReplicationInterval: 10 * time.Millisecond, Peer: exactPeer})
+	owner := c.running()[0]
+	three := viewOf(t, owner.name, "node-0", "node-1", "node-2")
+	four := viewOf(t, owner.name, "node-0", "node-1", "node-2", "node-3")
+	var keys []string
+	for _, k := range testKeys(2000) {
+		p := three.snap.PartitionOf(k)
+		if three.snap.Owner(k).Name == owner.name && four.snap.Owner(k).Name == owner.name && holder(three, p) != "node-3" && holder(four, p) == "node-3" {
+			keys = append(keys, k)
+		}
+	}
+	if len(keys) < 10 {
+		t.Fatalf("%d keys keep node-0 and move their replica to node-3: the test proves little", len(keys))
+	}
+	r := rule(limit.FixedWindow, 10, time.Hour)
+	before := c.degraded()
+	c.assertExact("before the join", c.spend(owner, keys, r, 6), 6*len(keys), before)
+	byName := map[string]*testNode{}
+	for _, tn := range c.running() {
+		byName[tn.name] = tn
+	}
+	// replicated reports whether each key's state on its holder in v (a
+	// node of byName) is its owner's.
+	replicated := func(v *view) bool {
+		now := clk.Now().UnixNano()
+		for _, k := range keys {
+			var kb keyBuf
+			tk := kb.key("quota", k)
+			want, _ := owner.node.limiters[limit.FixedWindow].Export(tk, now)
+			got, _ := byName[holder(v, v.snap.PartitionOf(k))].node.limiters[limit.FixedWindow].Export(tk, now)
+			if string(got) != string(want) {
+				return false
+			}
+		}
+		return true
+	}
+	// Every change is sent: to the holders of the ring of three.
+	poll.Until(t, 20*time.Second, func() bool { return replicated(three) },
+		"replicas of %d keys reach their holders in the ring of three", len(keys))
+
+	joined := c.add() // node-3: the keys stay on node-0, their replica moves here
+	byName[joined.name] = joined
+	c.waitSettled()
+	poll.Until(t, 20*time.Second, func() bool { return replicated(four) },
+		"replicas of %d keys reach %s, their new holder, without a change", len(keys), joined.name)
+	if n := counterValue(owner.node.m.replicaMoved); n < float64(len(keys)) {
+		t.Errorf("%s counted %v keys sent for a replica move, want at least %d", owner.name, n, len(keys))
+	}
+
+	c.crash(owner)
+	c.signal()
+	c.waitConverged()
+	c.waitSettled()
+	got := c.spend(joined, keys, r, 6)
+	c.assertExact(fmt.Sprintf("after the owner crashed, on %s", joined.name), got, 4*len(keys), before)
+}
