@@ -90,12 +90,18 @@ func (mv *mover) collectMoved(now int64, add func(ring.Member, limit.KeyState)) 
 	if len(parts) == 0 || v.backup == nil {
 		return 0 // alone: a join marks every kept partition again
 	}
+	in := make([]bool, v.snap.Partitions()) // a load per key, not a map lookup
+	for p := range parts {
+		if p < len(in) {
+			in[p] = true
+		}
+	}
 	var left []int
 	for a, l := range mv.host.tables() {
 		l.Range(func(key string) bool {
 			uk := uniqueKeyOf(key)
 			p := v.snap.PartitionOf(uk)
-			if _, ok := parts[p]; !ok || v.snap.PartitionOwner(p) != v.self {
+			if !in[p] || v.snap.PartitionOwner(p) != v.self {
 				return true
 			}
 			if n >= maxReplicaKeys {

@@ -2,16 +2,20 @@ package peer
 
 import (
 	"fmt"
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/shardlimiter/shardlimiter/bucket"
 	"github.com/shardlimiter/shardlimiter/internal/poll"
 	"github.com/shardlimiter/shardlimiter/limit"
 	"github.com/shardlimiter/shardlimiter/ring"
+	"github.com/shardlimiter/shardlimiter/table"
 )
 
 // viewOf is self's view of a ring of names, built as a node builds it.
-func viewOf(t *testing.T, self string, names ...string) *view {
+func viewOf(t testing.TB, self string, names ...string) *view {
 	t.Helper()
 	var ms []ring.Member
 	for _, n := range names {
@@ -136,4 +140,29 @@ func TestReplicaMoveReachesNewHolder(t *testing.T) {
 	c.waitSettled()
 	got := c.spend(joined, keys, r, 6)
 	c.assertExact(fmt.Sprintf("after the owner crashed, on %s", joined.name), got, 4*len(keys), before)
+}
+
+// BenchmarkCollectMoved is the round after a fourth node joins three:
+// node a walks a table of 1M keys and hands out those whose replica moved
+// (up to maxReplicaKeys).
+func BenchmarkCollectMoved(b *testing.B) {
+	h := newFakeHost(b, "a", "a", "b", "c", "d")
+	h.tbl[limit.TokenBucket] = bucket.NewTokenBucket(table.Config{MaxKeys: 1 << 20})
+	clk := newClock()
+	mv := newMover(Config{Name: "a", Now: clk.Now, ReplicationInterval: time.Second}, h, slog.New(slog.DiscardHandler), newMetrics(nil, nil, 0))
+	now := clk.Now().UnixNano()
+	r := rule(limit.TokenBucket, 10, time.Hour)
+	var kb keyBuf
+	for i := range 1 << 20 {
+		h.tbl[limit.TokenBucket].Take(strings.Clone(kb.key("q", fmt.Sprint("account:", i))), now, r, 1)
+	}
+	parts := replicaMoves(viewOf(b, "a", "a", "b", "c"), viewOf(b, "a", "a", "b", "c", "d"))
+	b.ResetTimer()
+	n := 0
+	for b.Loop() {
+		mv.moves.add(parts)
+		n = mv.collectMoved(now, func(ring.Member, limit.KeyState) {})
+	}
+	b.ReportMetric(float64(n), "keys/round")
+	b.ReportMetric(float64(len(parts)), "partitions")
 }

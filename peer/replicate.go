@@ -31,7 +31,9 @@ import (
 // frozen node cannot stall the others' replication for long. The keys of a
 // failed or skipped send (a suspended destination) wait in a backlog for
 // the next round, up to maxReplicaKeys per destination; beyond that the
-// oldest are dropped and counted.
+// oldest are dropped and counted. A rebuild that moves the replica of a
+// partition this node keeps has every key of it sent too, changed or not
+// (replicamove.go).
 
 // maxReplicaKeys bounds the keys one replication round drains from each
 // table; the rest wait for the next round.
