@@ -27,8 +27,9 @@ import (
 // node only through moverHost, which it defines: the ring the node routes
 // by, the handoff marks and the deciding lock (handoff.go), the tables,
 // the members, and the links to the peers. The node calls the mover at a
-// rebuild (planHandoff, markReplicaMoves, restorePushes), when a check follows a redirect to
-// itself (takeOver), and serves its State calls through it.
+// rebuild (planHandoff, markReplicaMoves, restorePushes), when a check
+// follows a redirect to itself (takeOver), and serves its State calls
+// through it.
 //
 // Leases (lease.go): a share of a hot key's capacity granted to another
 // decider is a debit of the owner's state, and travels with the key's

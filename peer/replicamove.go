@@ -78,10 +78,10 @@ func (mv *mover) markReplicaMoves(old, cur *view) {
 }
 
 // collectMoved takes the marked partitions and hands add the state of each
-// key held in those this node owns now, with its replica holder, up to maxReplicaKeys in all; the
-// partitions of the keys past that stay marked for the next round. Each
-// key is exported under its own lock, as a snapshot does (durable.go). It
-// returns how many keys it handed out.
+// key held in those this node owns now, with its replica holder, up to
+// maxReplicaKeys in all; the partitions of the keys past that stay marked
+// for the next round. Each key is exported under its own lock, as a
+// snapshot does (durable.go). It returns how many keys it handed out.
 func (mv *mover) collectMoved(now int64, add func(ring.Member, limit.KeyState)) (n int) {
 	parts := mv.moves.take()
 	// Loaded after the marks: a rebuild stores its ring before it marks,
