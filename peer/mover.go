@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 
 	"github.com/shardlimiter/shardlimiter/limit"
+	"github.com/shardlimiter/shardlimiter/peer/replicamove"
 	"github.com/shardlimiter/shardlimiter/ring"
 )
 
@@ -56,7 +57,7 @@ type mover struct {
 	changesWake chan struct{}
 	// moves: the partitions whose replica holder a rebuild moved, for the
 	// next replication round to send whole (replicamove.go).
-	moves replicaMarks
+	moves replicamove.Marks
 
 	// leases is the book of the grants this node made (lease.go). Their
 	// debits are in the keys' states, which the jobs above move.

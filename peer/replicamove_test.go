@@ -43,41 +43,6 @@ func holder(v *view, p int) string {
 	return v.backup.Member(v.backup.PartitionOwner(p)).Name
 }
 
-func TestReplicaMoves(t *testing.T) {
-	t.Parallel()
-	three := viewOf(t, "a", "a", "b", "c")
-	four := viewOf(t, "a", "a", "b", "c", "d")
-	alone := viewOf(t, "a", "a")
-	for _, tc := range []struct {
-		name     string
-		old, cur *view
-		some     bool // some partition must be re-sent
-	}{
-		{"join of d", three, four, true},
-		{"leave of d", four, three, true},
-		{"no change", four, four, false},
-		{"a was alone", alone, three, true},
-		{"a is alone", three, alone, false},
-		{"a was not a member", viewOf(t, "a", "b", "c"), three, false},
-	} {
-		got := replicaMoves(tc.old, tc.cur)
-		if tc.some != (len(got) > 0) {
-			t.Errorf("%s: replicaMoves gives %d partitions, want some: %v", tc.name, len(got), tc.some)
-		}
-		in := map[int]bool{}
-		for _, p := range got {
-			in[p] = true
-		}
-		for p := range tc.cur.snap.Partitions() {
-			kept := tc.old.self >= 0 && tc.cur.self >= 0 && tc.old.snap.PartitionOwner(p) == tc.old.self && tc.cur.snap.PartitionOwner(p) == tc.cur.self
-			want := kept && tc.cur.backup != nil && holder(tc.old, p) != holder(tc.cur, p)
-			if in[p] != want {
-				t.Errorf("%s: partition %d re-sent %v, want %v (kept %v, holder %q then %q)", tc.name, p, in[p], want, kept, holder(tc.old, p), holder(tc.cur, p))
-			}
-		}
-	}
-}
-
 // TestReplicaMoveReachesNewHolder: keys spent on their owner and
 // replicated, then never checked again, reach the node a join makes their
 // replica holder (the owner stays); when the owner crashes, that node
@@ -156,13 +121,65 @@ func BenchmarkCollectMoved(b *testing.B) {
 	for i := range 1 << 20 {
 		h.tbl[limit.TokenBucket].Take(strings.Clone(kb.key("q", fmt.Sprint("account:", i))), now, r, 1)
 	}
-	parts := replicaMoves(viewOf(b, "a", "a", "b", "c"), viewOf(b, "a", "a", "b", "c", "d"))
+	parts := replicaMoves(viewOf(b, "a", "a", "b", "c"), viewOf(b, "a", "a", "b", "c", "d"), "a")
 	b.ResetTimer()
 	n := 0
 	for b.Loop() {
-		mv.moves.add(parts)
+		mv.moves.Add(parts)
 		n = mv.collectMoved(now, func(ring.Member, limit.KeyState) {})
 	}
 	b.ReportMetric(float64(n), "keys/round")
 	b.ReportMetric(float64(len(parts)), "partitions")
+}
+
+// TestReplicaAfterCrashReachesNextHolder: after a crash, the node that
+// decides the dead owner's keys from the replica it held sends them to
+// its own replica holder, unchanged; a second crash leaves their counts
+// whole.
+func TestReplicaAfterCrashReachesNextHolder(t *testing.T) {
+	t.Parallel()
+	clk := newClock()
+	c := newTestCluster(t, 3, Config{Now: clk.Now, ReplicationInterval: 10 * time.Millisecond, Peer: exactPeer})
+	nodes := c.running()
+	first, second, last := nodes[1], nodes[0], nodes[2]
+	three := viewOf(t, first.name, "node-0", "node-1", "node-2")
+	var keys []string
+	for _, k := range testKeys(1000) {
+		if three.snap.Owner(k).Name == first.name && three.backup.Owner(k).Name == second.name {
+			keys = append(keys, k)
+		}
+	}
+	if len(keys) < 10 {
+		t.Fatalf("%d keys on %s with their replica on %s: the test proves little", len(keys), first.name, second.name)
+	}
+	r := rule(limit.FixedWindow, 10, time.Hour)
+	before := c.degraded()
+	c.assertExact("before the crashes", c.spend(first, keys, r, 6), 6*len(keys), before)
+	// same reports whether from and to hold the same state of every key.
+	same := func(from, to *testNode) bool {
+		now := clk.Now().UnixNano()
+		for _, k := range keys {
+			var kb keyBuf
+			tk := kb.key("quota", k)
+			want, _ := from.node.limiters[limit.FixedWindow].Export(tk, now)
+			if got, _ := to.node.limiters[limit.FixedWindow].Export(tk, now); string(got) != string(want) {
+				return false
+			}
+		}
+		return true
+	}
+	poll.Until(t, 20*time.Second, func() bool { return same(first, second) }, "replicas of %d keys reach %s", len(keys), second.name)
+
+	c.crash(first)
+	c.signal()
+	c.waitConverged()
+	c.waitSettled()
+	poll.Until(t, 20*time.Second, func() bool { return same(second, last) },
+		"%s sends the %d keys it decides from its replica to %s, without a change", second.name, len(keys), last.name)
+
+	c.crash(second)
+	c.signal()
+	c.waitConverged()
+	c.waitSettled()
+	c.assertExact(fmt.Sprintf("after two crashes, on %s", last.name), c.spend(last, keys, r, 6), 4*len(keys), before)
 }
