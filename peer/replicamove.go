@@ -8,14 +8,15 @@ import (
 
 // Replica moves (package replicamove says why): a rebuild marks the
 // partitions this node owns whose replica holder holds nothing of them
-// (markReplicaMoves); the next replication round walks the tables once and adds the state of every key held of a
-// marked partition that this node still owns to its holder's list, beside
-// the changed keys: the same sends, backlog and bounds. The marks of
-// rebuilds before that round add up, and one walk serves them all.
+// (markReplicaMoves); the next replication round walks the tables once and
+// adds the state of every key held of a marked partition that this node
+// still owns to its holder's list, beside the changed keys: the same
+// sends, backlog and bounds. The marks of rebuilds before that round add
+// up, and one walk serves them all.
 
-// markReplicaMoves marks the partitions of replicaMoves(old, cur) and wakes
-// the replication loop. A rebuild calls it once cur is stored; it does
-// nothing without replication.
+// markReplicaMoves marks the partitions replicaMoves finds between old and
+// cur, and wakes the replication loop. A rebuild calls it once cur is
+// stored; it does nothing without replication.
 func (mv *mover) markReplicaMoves(old, cur *view) {
 	if mv.cfg.ReplicationInterval <= 0 {
 		return
