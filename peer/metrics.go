@@ -24,6 +24,7 @@ type metrics struct {
 	replicationRound   prometheus.Observer
 	replicationErrors  prometheus.Counter
 	replicationDropped prometheus.Counter
+	replicaMoved       prometheus.Counter
 	standin            prometheus.Counter
 	notOwner           prometheus.Counter
 	redirects          prometheus.Counter
@@ -133,8 +134,12 @@ func (m *metrics) initMoving() []prometheus.Collector {
 		Name: "shardlimiter_replication_dropped_keys_total",
 		Help: "Changed keys not replicated because their destination's backlog was full.",
 	})
+	m.replicaMoved = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "shardlimiter_replication_moved_keys_total",
+		Help: "Keys sent to a new replica holder, changed or not, after a ring change moved their replica but not their owner.",
+	})
 	return []prometheus.Collector{sent, received, m.transferMalformed, m.handoffIncomplete, m.replicaFallbacks,
-		handoffWait, round, m.replicationErrors, m.replicationDropped}
+		handoffWait, round, m.replicationErrors, m.replicationDropped, m.replicaMoved}
 }
 
 // tableCollector reports the tables' live keys and evictions at scrape

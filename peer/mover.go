@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 
 	"github.com/shardlimiter/shardlimiter/limit"
+	"github.com/shardlimiter/shardlimiter/peer/replicamove"
 	"github.com/shardlimiter/shardlimiter/ring"
 )
 
@@ -17,7 +18,8 @@ import (
 //     the partitions gained and pushes of those lost, and the State service
 //     other nodes call (Push, Pull);
 //   - replication (replicate.go): changed keys to the node that holds their
-//     replica, every Config.ReplicationInterval;
+//     replica, every Config.ReplicationInterval, and every key of a
+//     partition whose replica holder a rebuild moved (replicamove.go);
 //   - snapshots (durable.go): the node's keys to its snapshot file, and
 //     back at start.
 //
@@ -26,8 +28,9 @@ import (
 // node only through moverHost, which it defines: the ring the node routes
 // by, the handoff marks and the deciding lock (handoff.go), the tables,
 // the members, and the links to the peers. The node calls the mover at a
-// rebuild (planHandoff, restorePushes), when a check follows a redirect to
-// itself (takeOver), and serves its State calls through it.
+// rebuild (planHandoff, markReplicaMoves, restorePushes), when a check
+// follows a redirect to itself (takeOver), and serves its State calls
+// through it.
 //
 // Leases (lease.go): a share of a hot key's capacity granted to another
 // decider is a debit of the owner's state, and travels with the key's
@@ -52,6 +55,9 @@ type mover struct {
 	// when a table queues a changed key: it wakes the replication loop of
 	// an idle node (replicate.go).
 	changesWake chan struct{}
+	// moves: the partitions whose replica holder a rebuild moved, for the
+	// next replication round to send whole (replicamove.go).
+	moves replicamove.Marks
 
 	// leases is the book of the grants this node made (lease.go). Their
 	// debits are in the keys' states, which the jobs above move.

@@ -28,7 +28,7 @@ type fakeHost struct {
 	pushed map[string][]limit.KeyState // by destination
 }
 
-func newFakeHost(t *testing.T, self string, names ...string) *fakeHost {
+func newFakeHost(t testing.TB, self string, names ...string) *fakeHost {
 	t.Helper()
 	var ms []ring.Member
 	for _, n := range names {

@@ -423,8 +423,9 @@ func (n *Node) rebuild(members []ring.Member) error {
 	old := n.view.Load()
 	n.view.Store(v)
 	restorePush := false
+	var from *view
 	if old != nil {
-		from := old
+		from = old
 		if old.snap.Len() == 1 && v.backup != nil && !n.clustered && !n.decidedAlone.Load() {
 			// A node that was alone and has decided nothing on its own is
 			// joining a cluster whose state is elsewhere: it takes its keys
@@ -442,6 +443,9 @@ func (n *Node) rebuild(members []ring.Member) error {
 		n.pushed = n.mv.planHandoff(from, v)
 	}
 	n.ho.deciding.Unlock()
+	if from != nil {
+		n.mv.markReplicaMoves(from, v)
+	}
 	if snap.Len() > 1 {
 		n.clustered = true
 		if n.mv.takeRestored() && restorePush {

@@ -31,7 +31,9 @@ import (
 // frozen node cannot stall the others' replication for long. The keys of a
 // failed or skipped send (a suspended destination) wait in a backlog for
 // the next round, up to maxReplicaKeys per destination; beyond that the
-// oldest are dropped and counted.
+// oldest are dropped and counted. A rebuild that moves the replica of a
+// partition this node keeps has every key of it sent too, changed or not
+// (replicamove.go).
 
 // maxReplicaKeys bounds the keys one replication round drains from each
 // table; the rest wait for the next round.
@@ -132,6 +134,14 @@ func (mv *mover) collectReplicas(backlog replicaBacklog, spare map[string][]limi
 		}
 		delete(backlog, name) // a node no longer on the ring gets nothing more
 	}
+	put := func(m ring.Member, ks limit.KeyState) {
+		d := by[m.Name]
+		if d == nil {
+			d = &replicaDest{m: m, ks: spare[m.Name]}
+			by[m.Name] = d
+		}
+		d.ks = append(d.ks, ks)
+	}
 	for a, l := range mv.host.tables() {
 		if v.snap.Len() < 2 {
 			drained += l.Changed(maxReplicaKeys, func(string) {}) // alone: nobody to send to
@@ -139,22 +149,15 @@ func (mv *mover) collectReplicas(backlog replicaBacklog, spare map[string][]limi
 		}
 		drained += l.ExportChanged(maxReplicaKeys, now, func(key string, st []byte) {
 			uk := uniqueKeyOf(key)
-			var m ring.Member
+			ks := limit.KeyState{Algorithm: limit.Algorithm(a), Key: key, State: st}
 			if o := v.snap.OwnerIndex(uk); o != v.self {
-				m = v.snap.Member(o)
+				put(v.snap.Member(o), ks)
 			} else if v.backup != nil {
-				m = v.backup.Owner(uk)
-			} else {
-				return
+				put(v.backup.Owner(uk), ks)
 			}
-			d := by[m.Name]
-			if d == nil {
-				d = &replicaDest{m: m, ks: spare[m.Name]}
-				by[m.Name] = d
-			}
-			d.ks = append(d.ks, limit.KeyState{Algorithm: limit.Algorithm(a), Key: key, State: st})
 		})
 	}
+	mv.collectMoved(now, put) // the keys of partitions whose replica moved (replicamove.go)
 	return by, drained
 }
 

@@ -275,10 +275,13 @@ func (mv *mover) handoffIdle() bool {
 // one --replication-interval, plus the keys of a round the old owner
 // could not send (counted on the old owner in
 // shardlimiter_replication_errors_total and _dropped_keys_total, each
-// with an alert of its own). It is not checked key by key: a key the old
-// owner last changed before a membership change made this holder its
-// replica holder was never sent to it (replication sends changed keys) —
-// docs/OPERATIONS.md, ShardlimiterHandoffFromReplica, says so. Without
+// with an alert of its own). A key the old owner last changed before a
+// membership change made this holder its replica holder is there too: the
+// old owner sent every key of such a partition in its first replication
+// round after that rebuild (replicamove.go), up to maxReplicaKeys a round.
+// What remains is the old owner dying within that round, or before its
+// ring saw the change (docs/OPERATIONS.md, ShardlimiterHandoffFromReplica).
+// Without
 // replication there is no replica to fall back to: the replica holder
 // holds nothing of the old owner's, and the pull is incomplete.
 func (mv *mover) runPull(ctx context.Context, j job) {

@@ -43,7 +43,7 @@ var allowed = map[string][]string{
 	"api/gubernator":       {"limit", "transport", "transport/server", "transport/wire", "api/gubernator/gubpb"},
 	"api/gubernator/gubpb": {},
 	"api/resp":             {"limit", "transport", "transport/server"},
-	"peer":                 {"limit", "table", "bucket", "window", "ring", "transport", "transport/dial", "snapshot", "gubernator", "cell", "internal/cowmap", "peer/rulemetrics"},
+	"peer":                 {"limit", "table", "bucket", "window", "ring", "transport", "transport/dial", "snapshot", "gubernator", "cell", "internal/cowmap", "peer/rulemetrics", "peer/replicamove"},
 	"cmd/shardlimiter":     {"*"},
 	"loadtest":             {"limit", "transport", "transport/dial", "transport/server", "api/native", "api/gubernator/gubpb", "internal/wide", "client"},
 	"internal/archtest":    {},
@@ -62,6 +62,9 @@ var allowed = map[string][]string{
 	"internal/cowmap": {},
 	// The node's per-rule series of decided checks.
 	"peer/rulemetrics": {"limit", "internal/cowmap"},
+	// Which partitions a ring change leaves with a replica holder that
+	// holds nothing of them.
+	"peer/replicamove": {"ring"},
 
 	// transport's codec: the protobuf wire format from and into limit's
 	// types; the generated messages stay out of it.
