@@ -96,9 +96,21 @@ func TestLeasesExactOnMemNet(t *testing.T) {
 	before := c.degraded()
 	var load leaseLoad
 	stop := make(chan struct{})
+	// The lessees' callers first, until a lease is granted: the owner's
+	// own callers, deciding without a forward, could otherwise spend the
+	// key down past what the owner grants from before the first lessee's
+	// rate window closed (no grant: the test would prove nothing).
+	owner := c.running()[0].node.view.Load().snap.Owner("k").Name
+	var ownerNode *testNode
 	for _, tn := range c.running() {
+		if tn.name == owner {
+			ownerNode = tn
+			continue
+		}
 		load.run(t, tn, r, "k", 2, stop)
 	}
+	poll.Until(t, 30*time.Second, func() bool { return c.leaseGrants() > 0 }, "a lease granted to a node forwarding the key")
+	load.run(t, ownerNode, r, "k", 2, stop)
 	poll.Until(t, 30*time.Second, func() bool { return load.sent.Load() >= 3*capacity/2 }, "the load runs past the capacity")
 	close(stop)
 	load.wg.Wait()
