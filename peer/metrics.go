@@ -136,7 +136,7 @@ func (m *metrics) initMoving() []prometheus.Collector {
 	})
 	m.replicaMoved = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "shardlimiter_replication_moved_keys_total",
-		Help: "Keys sent to a new replica holder, changed or not, after a ring change moved their replica but not their owner.",
+		Help: "Keys sent to a new replica holder, changed or not, after a ring change moved their replica but not their owner (not counted in shardlimiter_state_keys_sent_total).",
 	})
 	return []prometheus.Collector{sent, received, m.transferMalformed, m.handoffIncomplete, m.replicaFallbacks,
 		handoffWait, round, m.replicationErrors, m.replicationDropped, m.replicaMoved}

@@ -74,6 +74,5 @@ func (mv *mover) collectMoved(now int64, add func(ring.Member, limit.KeyState)) 
 		mv.moves.Add(left)
 		wake(mv.changesWake)
 	}
-	mv.m.replicaMoved.Add(float64(n))
 	return n
 }

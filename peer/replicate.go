@@ -113,10 +113,24 @@ func (mv *mover) replicateOnce(ctx context.Context, backlog replicaBacklog, spar
 	return drained, sent
 }
 
-// replicaDest is one destination's keys in a round.
+// replicaDest is one destination's keys in a round: the last moved of ks
+// are those of replica moves.
 type replicaDest struct {
-	m  ring.Member
-	ks []limit.KeyState
+	m     ring.Member
+	ks    []limit.KeyState
+	moved int
+}
+
+// pushReplicas sends a destination's keys (d.ks, or ks, the same list): the
+// keys of replica moves count in shardlimiter_replication_moved_keys_total
+// and the others as replicas sent, each once its push returned. Keys put
+// back in the backlog by a failed push count as replicas when sent again.
+func (mv *mover) pushReplicas(ctx context.Context, d *replicaDest, ks []limit.KeyState) error {
+	cut := len(ks) - d.moved
+	if err := mv.pushCounted(ctx, d.m, limit.Replica, nil, ks[:cut], mv.m.transferSent[limit.Replica]); err != nil {
+		return err
+	}
+	return mv.pushCounted(ctx, d.m, limit.Replica, nil, ks[cut:], mv.m.replicaMoved)
 }
 
 // collectReplicas takes the backlog of the destinations still on the ring
@@ -134,12 +148,16 @@ func (mv *mover) collectReplicas(backlog replicaBacklog, spare map[string][]limi
 		}
 		delete(backlog, name) // a node no longer on the ring gets nothing more
 	}
-	put := func(m ring.Member, ks limit.KeyState) {
+	dest := func(m ring.Member) *replicaDest {
 		d := by[m.Name]
 		if d == nil {
 			d = &replicaDest{m: m, ks: spare[m.Name]}
 			by[m.Name] = d
 		}
+		return d
+	}
+	put := func(m ring.Member, ks limit.KeyState) {
+		d := dest(m)
 		d.ks = append(d.ks, ks)
 	}
 	for a, l := range mv.host.tables() {
@@ -157,7 +175,13 @@ func (mv *mover) collectReplicas(backlog replicaBacklog, spare map[string][]limi
 			}
 		})
 	}
-	mv.collectMoved(now, put) // the keys of partitions whose replica moved (replicamove.go)
+	// the keys of partitions whose replica moved (replicamove.go), after
+	// the changed ones: counted apart once sent
+	mv.collectMoved(now, func(m ring.Member, ks limit.KeyState) {
+		d := dest(m)
+		d.ks = append(d.ks, ks)
+		d.moved++
+	})
 	return by, drained
 }
 
@@ -179,7 +203,7 @@ func (mv *mover) sendReplicas(ctx context.Context, by map[string]*replicaDest, b
 		wg.Go(func() {
 			sctx, cancel := context.WithTimeout(ctx, replicaSendTimeout)
 			defer cancel()
-			if err := mv.pushTo(sctx, d.m, limit.Replica, nil, ks); err != nil {
+			if err := mv.pushReplicas(sctx, d, ks); err != nil {
 				mv.m.replicationErrors.Inc()
 				mv.log.Debug("replication failed", "to", name, "keys", len(ks), "err", err)
 				mu.Lock()

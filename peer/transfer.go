@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/shardlimiter/shardlimiter/limit"
 	"github.com/shardlimiter/shardlimiter/ring"
 	"github.com/shardlimiter/shardlimiter/transport"
@@ -466,6 +468,15 @@ func (mv *mover) pushDone(j job) {
 // the last call, so the receiver learns a partition is complete only once
 // all of its keys are there.
 func (mv *mover) pushTo(ctx context.Context, m ring.Member, why limit.Transfer, parts []int, keys []limit.KeyState) error {
+	return mv.pushCounted(ctx, m, why, parts, keys, mv.m.transferSent[why])
+}
+
+// pushCounted is pushTo counting the keys sent in sent. It sends nothing for no
+// keys and no parts.
+func (mv *mover) pushCounted(ctx context.Context, m ring.Member, why limit.Transfer, parts []int, keys []limit.KeyState, sent prometheus.Counter) error {
+	if len(keys) == 0 && len(parts) == 0 {
+		return nil
+	}
 	sc, err := mv.host.link(m)
 	if err != nil {
 		return err
@@ -485,7 +496,7 @@ func (mv *mover) pushTo(ctx context.Context, m ring.Member, why limit.Transfer, 
 		if err := sc.Push(ctx, why, ps, chunk); err != nil {
 			return err
 		}
-		mv.m.transferSent[why].Add(float64(len(chunk)))
+		sent.Add(float64(len(chunk)))
 		if len(keys) == 0 {
 			return nil
 		}
