@@ -429,7 +429,7 @@ func TestPeerClientCloseWhileForwarding(t *testing.T) {
 // bufconn (owner included in the cost); rpcs/op shows how much the batcher
 // merges once callers outnumber the MaxInFlight slots.
 func BenchmarkPeerForward(b *testing.B) {
-	for _, bc := range []struct{ items, parallelism int }{{1, 1}, {10, 1}, {1, 16}, {10, 16}} {
+	for _, bc := range []struct{ items, parallelism int }{{1, 1}, {10, 1}, {100, 1}, {1, 16}, {10, 16}} {
 		name := fmt.Sprintf("items=%d/callers=%dxGOMAXPROCS", bc.items, bc.parallelism)
 		b.Run(name, func(b *testing.B) {
 			o := newOwner(b, false)
