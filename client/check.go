@@ -45,6 +45,12 @@ func (c *Client) Check(ctx context.Context, chk limit.Check) (limit.Result, erro
 	if c.closed.Load() {
 		return limit.Result{}, ErrClosed
 	}
+	if c.leases != nil && leasable(&chk) {
+		var res limit.Result
+		if c.leases.decide(&chk, &res) {
+			return res, nil
+		}
+	}
 	checks := []limit.Check{chk}
 	c.inflight.Add(1)
 	defer c.inflight.Add(-1)
