@@ -51,7 +51,7 @@ type Config struct {
 	NoRouting bool
 	// Leases lets the client decide the checks of its hot keys itself,
 	// from leases of their capacity that the keys' owners grant it
-	// (docs/CLIENT.md, "Leases"): a check decided from a lease costs no
+	// (the package doc, "Leases"): a check decided from a lease costs no
 	// RPC. Off by default. Only Check is served from leases, for
 	// TOKEN_BUCKET checks with a rule and no warm-up or behavior flags;
 	// it needs routing (not NoRouting) and nodes that grant client leases

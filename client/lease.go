@@ -74,8 +74,15 @@ func (c *Client) LeaseStats() LeaseStats {
 	if lh == nil {
 		return LeaseStats{}
 	}
-	s := LeaseStats{Decided: lh.decided.Load(), Granted: lh.granted.Load(), Denied: lh.denied.Load(),
-		Released: lh.released.Load(), Held: lh.held.Load()}
+	s := LeaseStats{Granted: lh.granted.Load(), Denied: lh.denied.Load(), Released: lh.released.Load()}
+	decided := lh.forgotten.Load()
+	lh.keys.Range(func(_, v any) bool {
+		e := v.(*heldKey)
+		decided += e.decided.Load()
+		s.Held += e.tokens.Load()
+		return true
+	})
+	s.Decided = uint64(decided)
 	if e := lh.lastErr.Load(); e != nil {
 		s.Err = *e
 	}
@@ -96,29 +103,32 @@ type leaseHolder struct {
 	closed bool           // guarded by mu: no lease call starts after it
 	wg     sync.WaitGroup // lease calls in flight; Add under mu, while !closed
 
-	refusedUntil                       atomic.Int64 // Unix ns: no lease is asked for before it
-	lastErr                            atomic.Pointer[error]
-	held                               atomic.Int64
-	decided, granted, denied, released atomic.Uint64
+	refusedUntil              atomic.Int64 // Unix ns: no lease is asked for before it
+	lastErr                   atomic.Pointer[error]
+	forgotten                 atomic.Int64 // checks decided by keys no longer tracked
+	granted, denied, released atomic.Uint64
 }
 
 type leaseKey struct{ name, key string }
 
-// heldKey is one key's lease and demand.
+// heldKey is one key's lease and demand. The fields every check writes
+// share a cache line of their own, apart from those it only reads.
 type heldKey struct {
-	tokens atomic.Int64 // hits left in the lease; first, its own cache line with grant
-	grant  atomic.Pointer[heldGrant]
-	deny   atomic.Int64 // refuse the key's checks until this instant (Unix ns)
-	_      [40]byte
-	count  atomic.Int64 // checks in the rate window
-	win    atomic.Int64 // start of the rate window (Unix ns)
-	rate   atomic.Int64 // checks per second, last window
-	used   atomic.Int64 // last check (Unix ns)
-	busy   atomic.Bool  // a lease call is in flight
-	ask    atomic.Int64 // do not ask before this instant (Unix ns)
+	grant atomic.Pointer[heldGrant]
+	deny  atomic.Int64 // refuse the key's checks until this instant (Unix ns)
+	win   atomic.Int64 // start of the rate window (Unix ns)
+	rate  atomic.Int64 // checks per second, last window
+	used  atomic.Int64 // last check (Unix ns, to the millisecond)
+	ask   atomic.Int64 // do not ask before this instant (Unix ns)
+	busy  atomic.Bool  // a lease call or an expiry is in flight
+	id    leaseKey
+	rule  limit.Rule
+	_     [64]byte
 
-	id   leaseKey
-	rule limit.Rule
+	tokens  atomic.Int64 // hits left in the lease
+	count   atomic.Int64 // checks in the rate window
+	decided atomic.Int64 // checks decided here
+	_       [40]byte
 }
 
 // heldGrant is one grant as the client holds it.
@@ -159,7 +169,7 @@ func (lh *leaseHolder) decide(chk *limit.Check, res *limit.Result) bool {
 	e.observe(now)
 	if until := e.deny.Load(); now < until {
 		*res = limit.Result{Decision: limit.Decision{ResetAt: until + capacityTime(chk.Rule), RetryAfter: time.Duration(until - now)}}
-		lh.decided.Add(1)
+		e.decided.Add(1)
 		return true
 	}
 	g := e.grant.Load()
@@ -174,12 +184,11 @@ func (lh *leaseHolder) decide(chk *limit.Check, res *limit.Result) bool {
 			return false
 		}
 		if e.tokens.CompareAndSwap(t, t-chk.Hits) {
-			lh.held.Add(-chk.Hits)
 			left := t - chk.Hits
 			c := chk.Rule.Capacity()
 			*res = limit.Result{Owner: g.owner, Decision: limit.Decision{Allowed: true, Remaining: left,
 				ResetAt: now + int64(float64(capacityTime(chk.Rule))*float64(max(c-left, 0))/float64(c))}}
-			lh.decided.Add(1)
+			e.decided.Add(1)
 			if left*2 < g.hits || g.expires-now < int64(leaseSpan)/2 {
 				lh.renew(e, now)
 			}
@@ -287,7 +296,6 @@ func (lh *leaseHolder) ask(e *heldKey) {
 	e.grant.Store(&heldGrant{owner: r.snap.Member(i).Name, to: r.dests[i], id: g.ID, hits: g.Hits,
 		expires: start + int64(g.TTL) - int64(leaseMargin)})
 	e.tokens.Add(g.Hits)
-	lh.held.Add(g.Hits)
 }
 
 // call makes one lease call to d, noting a failure; a refusal of leases
@@ -308,7 +316,6 @@ func (lh *leaseHolder) call(d *dest, r limit.LeaseRequest) (limit.LeaseGrant, er
 // hits spent: under-admission, never over-admission.
 func (lh *leaseHolder) giveBack(e *heldKey, g *heldGrant) {
 	left := e.tokens.Swap(0)
-	lh.held.Add(-left)
 	if left == 0 {
 		return
 	}
@@ -355,6 +362,7 @@ func (lh *leaseHolder) sweepKey(e *heldKey, now int64) {
 	case g == nil && now-e.used.Load() > int64(leaseIdle) && now >= e.deny.Load():
 		if lh.keys.CompareAndDelete(e.id, e) {
 			lh.tracked.Add(-1)
+			lh.forgotten.Add(e.decided.Load()) // a check may still count on e: a stat, not a bound
 		}
 	}
 	e.busy.Store(false)
