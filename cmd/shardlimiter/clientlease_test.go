@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/shardlimiter/shardlimiter/client"
+	"github.com/shardlimiter/shardlimiter/internal/certs/certstest"
 	"github.com/shardlimiter/shardlimiter/internal/poll"
 	"github.com/shardlimiter/shardlimiter/limit"
 	"github.com/shardlimiter/shardlimiter/transport"
@@ -300,4 +301,40 @@ func TestClientLeasesRefusedWithoutPermission(t *testing.T) {
 	}
 	poll.Until(t, 5*time.Second, func() bool { return strings.Contains(p.stderr.String(), "client lease refused") },
 		"the refusal logged")
+}
+
+// TestClientLeasesWithMTLS: a node whose client listener requires client
+// certificates (--tls-client-ca-file) lets a client with a verified one
+// hold leases without --client-leases: the client decides from them.
+func TestClientLeasesWithMTLS(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a real process")
+	}
+	t.Parallel()
+	bin := buildBinary(t)
+	host := "127.0.0.67"
+	p, good, _, _ := clientPKI(t, "lease-clients")
+	srv := p.ca.WriteFiles(t, p.dir, "server67", certstest.Leaf{Server: true, IPs: []net.IP{net.ParseIP(host)}})
+	node := startProc(t, bin, host, freeGossipPort(t, host), "", "--leases",
+		"--tls-cert-file", srv.Cert, "--tls-key-file", srv.Key, "--tls-client-ca-file", srv.CA)
+	tc := p.client(t, &good)
+	tc.ServerName = host
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := client.New(ctx, client.Config{Targets: []string{node.grpc}, TLS: tc, Leases: true, LeaseThreshold: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	chk := limit.Check{Name: "lease", Key: "k", Hits: 1, Rule: limit.Rule{Algorithm: limit.TokenBucket, Limit: 1_000_000, Period: time.Second}}
+	poll.Until(t, 10*time.Second, func() bool {
+		r, err := c.Check(ctx, chk)
+		if err != nil || !r.Allowed {
+			t.Fatalf("Check = %+v, %v; want allowed", r, err)
+		}
+		return c.LeaseStats().Decided > 0
+	}, "checks decided from a lease under mTLS")
+	if st := c.LeaseStats(); st.Granted == 0 || st.Err != nil {
+		t.Errorf("LeaseStats = %+v; want grants and no error", st)
+	}
 }
