@@ -31,6 +31,7 @@ import (
 // childPrefix.
 const (
 	childEnv    = "SHARDLIMITER_TEST_LEASE_CLIENT"
+	crashEnv    = "SHARDLIMITER_TEST_LEASE_CRASH" // set: exit once a lease is held, giving nothing back
 	childPrefix = "LEASE-CLIENT "
 	leaseCap    = 30_000
 )
@@ -60,6 +61,9 @@ func TestClientLeaseChild(t *testing.T) {
 	}
 	var sent, admitted, streak atomic.Int64
 	chk := limit.Check{Name: "lease", Key: "hot", Hits: 1, Rule: leaseRule}
+	if os.Getenv(crashEnv) != "" {
+		crashHolding(t, c, chk)
+	}
 	var wg sync.WaitGroup
 	for range 8 {
 		wg.Go(func() {
@@ -91,16 +95,40 @@ func TestClientLeaseChild(t *testing.T) {
 	fmt.Println(childPrefix + string(b))
 }
 
+// crashHolding checks chk until c holds a lease of it, prints its tally
+// and exits at once: a crash of a client holding a lease, which nobody
+// gives back.
+func crashHolding(t *testing.T, c *client.Client, chk limit.Check) {
+	var out childTally
+	deadline := time.Now().Add(10 * time.Second)
+	for c.LeaseStats().Held == 0 && time.Now().Before(deadline) {
+		r, err := c.Check(context.Background(), chk)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out.Sent++
+		if r.Allowed {
+			out.Admitted++
+		}
+	}
+	out.LeaseStats = c.LeaseStats()
+	b, _ := json.Marshal(out)
+	fmt.Println(childPrefix + string(b))
+	os.Exit(0)
+}
+
 // TestClientLeasesExactAcrossThreeClientProcesses runs three real nodes
 // (127.0.0.63-65, --leases --client-leases) and three client processes
 // (this test binary again, TestClientLeaseChild), each with
 // client.Config.Leases and 8 goroutines checking one hot key until it is
-// spent. The clients decide from leases, and the sum admitted across the
-// processes, with what is admitted through a node once every lease has
-// ended, is within the key's capacity: 0 over. The rest to the capacity
-// is the under-admission the leases cost, reported. First, a lease asked
-// of a node that does not own the key is answered NotOwner, naming the
-// owner, which grants.
+// spent. Before them a fourth client takes a lease of the key and
+// crashes (exits without giving it back). The clients decide from leases,
+// and the sum admitted across the processes, with what is admitted
+// through a node once every lease has ended, is within the key's
+// capacity: 0 over. The rest to the capacity is the under-admission the
+// leases cost, reported with what the crashed client held (its expected
+// share of it). First, a lease asked of a node that does not own the key
+// is answered NotOwner, naming the owner, which grants.
 func TestClientLeasesExactAcrossThreeClientProcesses(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs real processes")
@@ -127,6 +155,14 @@ func TestClientLeasesExactAcrossThreeClientProcesses(t *testing.T) {
 		return true
 	}, "3 nodes converge")
 	notOwnerReroutes(t, procs)
+
+	crash := exec.Command(os.Args[0], "-test.run=^TestClientLeaseChild$", "-test.count=1")
+	crash.Env = append(os.Environ(), childEnv+"="+strings.Join(targets, ","), crashEnv+"=1")
+	crashOut, err := crash.CombinedOutput()
+	crashed, ok := parseTally(string(crashOut))
+	if err != nil || !ok || crashed.Held == 0 {
+		t.Fatalf("crashing client: %v, %+v\n%s", err, crashed, crashOut)
+	}
 
 	children := make([]*exec.Cmd, 3)
 	outs := make([]*syncBuffer, 3)
@@ -170,17 +206,23 @@ func TestClientLeasesExactAcrossThreeClientProcesses(t *testing.T) {
 		return s == 0
 	}, "every lease ends")
 	rest := drain(t, procs, limit.Check{Name: "lease", Key: "hot", Hits: 1, Rule: leaseRule})
-	total := sum.Admitted + rest
+	total := crashed.Admitted + sum.Admitted + rest
 	if total > leaseCap {
-		t.Fatalf("admitted %d by the clients and %d after: %d over the capacity of %d", sum.Admitted, rest, total-leaseCap, leaseCap)
+		t.Fatalf("admitted %d by the crashed client, %d by the others and %d after: %d over the capacity of %d",
+			crashed.Admitted, sum.Admitted, rest, total-leaseCap, leaseCap)
+	}
+	// A crash costs at most the crashed client's lease (a grant on its
+	// way when it exited would add to it: 1% of slack).
+	if under := leaseCap - total; under > crashed.Held+leaseCap/100 {
+		t.Errorf("%d under the capacity, more than the %d the crashed client held (+1%%)", under, crashed.Held)
 	}
 	granted := 0.0
 	for _, p := range procs {
 		granted += metric(hc, "http://"+p.http, "shardlimiter_client_lease_calls_total", `result="granted"`)
 	}
-	t.Logf("3 client processes admitted %d of %d (0 over; %d grants, %.0f counted by the nodes; %d deny leases; %d releases; %d of %d checks decided in-process), %d after the leases ended: %d under (%.2f%%)",
-		sum.Admitted, leaseCap, sum.Granted, granted, sum.Denied, sum.Released, sum.Decided, sum.Sent, rest,
-		leaseCap-total, 100*float64(leaseCap-total)/leaseCap)
+	t.Logf("a client admitted %d and crashed holding %d; 3 client processes admitted %d (%d grants, %.0f counted by the nodes; %d deny leases; %d releases; %d of %d checks decided in-process); %d after the leases ended: %d of %d, 0 over, %d under (%.2f%%; the crash's lease: %d)",
+		crashed.Admitted, crashed.Held, sum.Admitted, sum.Granted, granted, sum.Denied, sum.Released, sum.Decided, sum.Sent, rest,
+		total, leaseCap, leaseCap-total, 100*float64(leaseCap-total)/leaseCap, crashed.Held)
 }
 
 func parseTally(out string) (childTally, bool) {
