@@ -55,6 +55,17 @@ const (
 	leaseIdle = 5 * time.Second
 )
 
+// clockBase anchors the lease clock: the instants of leases are
+// nanoseconds since it, read from the monotonic clock alone (time.Since),
+// which costs a check about half of what time.Now does. They never leave
+// the process; a Result's ResetAt is converted (unixOf).
+var clockBase = time.Now()
+
+func leaseNow() int64 { return int64(time.Since(clockBase)) }
+
+// unixOf converts an instant of the lease clock to Unix nanoseconds.
+func unixOf(t int64) int64 { return clockBase.UnixNano() + t }
+
 // LeaseStats are the client's leases so far (Config.Leases).
 type LeaseStats struct {
 	Decided  uint64 // checks decided from a lease or a deny lease
@@ -103,7 +114,7 @@ type leaseHolder struct {
 	closed bool           // guarded by mu: no lease call starts after it
 	wg     sync.WaitGroup // lease calls in flight; Add under mu, while !closed
 
-	refusedUntil              atomic.Int64 // Unix ns: no lease is asked for before it
+	refusedUntil              atomic.Int64 // lease clock: no lease is asked for before it
 	lastErr                   atomic.Pointer[error]
 	forgotten                 atomic.Int64 // checks decided by keys no longer tracked
 	granted, denied, released atomic.Uint64
@@ -115,11 +126,11 @@ type leaseKey struct{ name, key string }
 // share a cache line of their own, apart from those it only reads.
 type heldKey struct {
 	grant atomic.Pointer[heldGrant]
-	deny  atomic.Int64 // refuse the key's checks until this instant (Unix ns)
-	win   atomic.Int64 // start of the rate window (Unix ns)
+	deny  atomic.Int64 // refuse the key's checks until this instant (lease clock)
+	win   atomic.Int64 // start of the rate window (lease clock)
 	rate  atomic.Int64 // checks per second, last window
-	used  atomic.Int64 // last check (Unix ns, to the millisecond)
-	ask   atomic.Int64 // do not ask before this instant (Unix ns)
+	used  atomic.Int64 // last check (lease clock, to the millisecond)
+	ask   atomic.Int64 // do not ask before this instant (lease clock)
 	busy  atomic.Bool  // a lease call or an expiry is in flight
 	id    leaseKey
 	rule  limit.Rule
@@ -137,7 +148,7 @@ type heldGrant struct {
 	to      *dest  // where to release it
 	id      uint64
 	hits    int64
-	expires int64 // Unix ns, by this process's clock
+	expires int64 // lease clock
 }
 
 func newLeaseHolder(c *Client, threshold float64) *leaseHolder {
@@ -161,14 +172,14 @@ func leasable(chk *limit.Check) bool {
 // decide answers chk from the key's lease or deny lease, and reports
 // false when the check is to be sent to its owner. It never blocks.
 func (lh *leaseHolder) decide(chk *limit.Check, res *limit.Result) bool {
-	now := time.Now().UnixNano()
+	now := leaseNow()
 	e := lh.entry(chk, now)
 	if e == nil || e.rule != chk.Rule {
 		return false
 	}
 	e.observe(now)
 	if until := e.deny.Load(); now < until {
-		*res = limit.Result{Decision: limit.Decision{ResetAt: until + capacityTime(chk.Rule), RetryAfter: time.Duration(until - now)}}
+		*res = limit.Result{Decision: limit.Decision{ResetAt: unixOf(until) + capacityTime(chk.Rule), RetryAfter: time.Duration(until - now)}}
 		e.decided.Add(1)
 		return true
 	}
@@ -187,7 +198,7 @@ func (lh *leaseHolder) decide(chk *limit.Check, res *limit.Result) bool {
 			left := t - chk.Hits
 			c := chk.Rule.Capacity()
 			*res = limit.Result{Owner: g.owner, Decision: limit.Decision{Allowed: true, Remaining: left,
-				ResetAt: now + int64(float64(capacityTime(chk.Rule))*float64(max(c-left, 0))/float64(c))}}
+				ResetAt: unixOf(now) + int64(float64(capacityTime(chk.Rule))*float64(max(c-left, 0))/float64(c))}}
 			e.decided.Add(1)
 			if left*2 < g.hits || g.expires-now < int64(leaseSpan)/2 {
 				lh.renew(e, now)
@@ -269,11 +280,11 @@ func tableKey(id leaseKey) string {
 func (lh *leaseHolder) ask(e *heldKey) {
 	r := lh.c.routes.Load()
 	if r == nil {
-		e.ask.Store(time.Now().UnixNano() + int64(leaseBackoff)) // no ring: no owner to ask
+		e.ask.Store(leaseNow() + int64(leaseBackoff)) // no ring: no owner to ask
 		return
 	}
 	i := r.snap.OwnerIndex(e.id.key)
-	start := time.Now().UnixNano()
+	start := leaseNow()
 	want := min(max(e.rate.Load()*int64(leaseSpan)/int64(time.Second), 1), e.rule.Capacity())
 	req := limit.LeaseRequest{From: lh.instance, Key: tableKey(e.id), Rule: e.rule, Want: want}
 	g, err := lh.call(r.dests[i], req)
@@ -305,7 +316,7 @@ func (lh *leaseHolder) call(d *dest, r limit.LeaseRequest) (limit.LeaseGrant, er
 	if err != nil {
 		lh.lastErr.Store(&err)
 		if errors.Is(err, transport.ErrPermissionDenied) || errors.Is(err, dial.ErrNoLeases) {
-			lh.refusedUntil.Store(time.Now().Add(leaseRefusedBackoff).UnixNano())
+			lh.refusedUntil.Store(leaseNow() + int64(leaseRefusedBackoff))
 		}
 	}
 	return g, err
@@ -336,7 +347,7 @@ func (lh *leaseHolder) sweep(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		now := time.Now().UnixNano()
+		now := leaseNow()
 		lh.keys.Range(func(k, v any) bool {
 			lh.sweepKey(v.(*heldKey), now)
 			return true
