@@ -109,6 +109,7 @@ type leaseHolder struct {
 
 	keys    sync.Map // leaseKey → *heldKey
 	tracked atomic.Int64
+	kick    chan struct{} // cap 1: a key is tracked, the sweep has work
 
 	mu     sync.Mutex
 	closed bool           // guarded by mu: no lease call starts after it
@@ -157,7 +158,7 @@ func newLeaseHolder(c *Client, threshold float64) *leaseHolder {
 	if threshold <= 0 {
 		threshold = 100
 	}
-	return &leaseHolder{c: c, instance: hex.EncodeToString(b[:]), threshold: max(int64(threshold), 1)}
+	return &leaseHolder{c: c, instance: hex.EncodeToString(b[:]), threshold: max(int64(threshold), 1), kick: make(chan struct{}, 1)}
 }
 
 // leasable reports whether chk may be decided from a lease: one token
@@ -242,7 +243,12 @@ func (lh *leaseHolder) entry(chk *limit.Check, now int64) *heldKey {
 	if got, loaded := lh.keys.LoadOrStore(e.id, e); loaded {
 		return got.(*heldKey)
 	}
-	lh.tracked.Add(1)
+	if lh.tracked.Add(1) == 1 {
+		select {
+		case lh.kick <- struct{}{}:
+		default:
+		}
+	}
 	return e
 }
 
@@ -337,11 +343,20 @@ func (lh *leaseHolder) giveBack(e *heldKey, g *heldGrant) {
 }
 
 // sweep ends the leases that expire before the next sweep and forgets idle
-// keys, every leaseSweep until ctx is done.
+// keys, every leaseSweep until ctx is done; while no key is tracked it
+// sleeps until one is (an idle client costs no wake-ups).
 func (lh *leaseHolder) sweep(ctx context.Context) {
-	t := time.NewTicker(leaseSweep)
+	t := time.NewTimer(leaseSweep)
 	defer t.Stop()
 	for {
+		if lh.tracked.Load() == 0 {
+			select {
+			case <-ctx.Done():
+				return
+			case <-lh.kick:
+			}
+		}
+		t.Reset(leaseSweep)
 		select {
 		case <-ctx.Done():
 			return
