@@ -382,13 +382,17 @@ func (lh *leaseHolder) sweepKey(e *heldKey, now int64) {
 	case g != nil && g.expires-now <= int64(leaseSweep):
 		e.grant.Store(nil)
 		if !lh.start(func() { defer e.busy.Store(false); lh.giveBack(e, g) }) {
+			e.grant.Store(g) // closing: close gives it back
 			e.busy.Store(false)
 		}
 		return
 	case g == nil && now-e.used.Load() > int64(leaseIdle) && now >= e.deny.Load():
 		if lh.keys.CompareAndDelete(e.id, e) {
+			// e stays busy: a check that found it before the delete can
+			// start no lease call on it, which nobody would end.
 			lh.tracked.Add(-1)
 			lh.forgotten.Add(e.decided.Load()) // a check may still count on e: a stat, not a bound
+			return
 		}
 	}
 	e.busy.Store(false)
