@@ -106,7 +106,7 @@ const InspectServiceName = "shardlimiter.v1.Inspect"
 // pb.LeaseResponse); the request's from is the client's instance name.
 const (
 	LeasesServiceName = "shardlimiter.v1.Leases"
-	LeaseMethod       = "/" + LeasesServiceName + "/Lease"
+	LeaseMethod       = pb.Leases_Lease_FullMethodName
 )
 
 // DefaultMaxBatch is the default bound on items per call (--max-batch).

@@ -1,6 +1,7 @@
 // Package lease lets client processes hold leases of hot keys:
-// shardlimiter.v1.Leases/Lease on the client gRPC listener, speaking the
-// messages of the nodes' own State.Lease (docs/ARCHITECTURE.md, "Leases";
+// shardlimiter.v1.Leases/Lease on the client gRPC listener
+// (transport/proto/shardlimiter/v1/lease.proto), speaking the messages of
+// the nodes' own State.Lease (docs/ARCHITECTURE.md, "Leases";
 // the Go client's side is package client, lease.go).
 //
 // A lease is a share of a key's capacity that its owner debits from the
@@ -33,7 +34,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/peer"
 
@@ -105,7 +105,7 @@ type Service struct {
 // and take one unit of it each, as one check.
 func Register(l *server.Listener, g Granter, cfg Config) *Service {
 	s := &Service{g: g, cfg: cfg, acquire: l.Acquire}
-	l.Register(&serviceDesc, s, server.Shed("Lease"))
+	l.Register(&pb.Leases_ServiceDesc, leaseServer{s: s}, server.Shed("Lease"))
 	return s
 }
 
@@ -115,33 +115,14 @@ func (s *Service) Counts() Counts {
 		NotOwner: s.notOwner.Load(), Refused: s.refused.Load(), Invalid: s.invalid.Load(), Failed: s.failed.Load()}
 }
 
-// leaseServer is the handler type of serviceDesc.
-type leaseServer interface {
-	lease(ctx context.Context, in *pb.LeaseRequest) (*pb.LeaseResponse, error)
+// leaseServer adapts a Service to the generated service.
+type leaseServer struct {
+	pb.UnimplementedLeasesServer
+	s *Service
 }
 
-// serviceDesc is shardlimiter.v1.Leases, written out: one unary method
-// whose messages are State.Lease's.
-var serviceDesc = grpc.ServiceDesc{
-	ServiceName: transport.LeasesServiceName,
-	HandlerType: (*leaseServer)(nil),
-	Methods:     []grpc.MethodDesc{{MethodName: "Lease", Handler: handleLease}},
-	Metadata:    "shardlimiter/v1/lease",
-}
-
-func handleLease(srv any, ctx context.Context, dec func(any) error, icpt grpc.UnaryServerInterceptor) (any, error) {
-	in := new(pb.LeaseRequest)
-	if err := dec(in); err != nil {
-		return nil, err
-	}
-	s := srv.(leaseServer)
-	if icpt == nil {
-		return s.lease(ctx, in)
-	}
-	info := &grpc.UnaryServerInfo{Server: srv, FullMethod: transport.LeaseMethod}
-	return icpt(ctx, in, info, func(ctx context.Context, req any) (any, error) {
-		return s.lease(ctx, req.(*pb.LeaseRequest))
-	})
+func (a leaseServer) Lease(ctx context.Context, in *pb.LeaseRequest) (*pb.LeaseResponse, error) {
+	return a.s.lease(ctx, in)
 }
 
 // lease answers one call: permission, then the request's validity, then
