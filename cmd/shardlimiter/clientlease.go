@@ -19,6 +19,7 @@ func (s *server) registerClientLeases(l *tserver.Listener, reg prometheus.Regist
 	switch {
 	case s.cfg.clientLeases:
 		access = lease.Anyone
+		s.log.Warn("client leases are not authenticated (--client-leases): any client that reaches --grpc-addr can hold leases of any key's capacity; use --tls-client-ca-file outside development")
 	case s.sec.clientCA:
 		access = lease.Certified
 	}
