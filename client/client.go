@@ -52,8 +52,9 @@ type Config struct {
 	// Leases lets the client decide the checks of its hot keys itself,
 	// from leases of their capacity that the keys' owners grant it
 	// (the package doc, "Leases"): a check decided from a lease costs no
-	// RPC. Off by default. Only Check is served from leases, for
-	// TOKEN_BUCKET checks with a rule and no warm-up or behavior flags;
+	// RPC. Off by default. Leases serve the TOKEN_BUCKET checks (of
+	// Check and CheckBatch) with a rule, hits, no warm-up or behavior
+	// flags and outside a chained group;
 	// it needs routing (not NoRouting) and nodes that grant client leases
 	// (--leases, and mTLS or --client-leases). A crash of the client
 	// costs the cluster at most the hits of its leases, unused until they

@@ -60,9 +60,10 @@
 // client admits was debited first. What a lease costs is the other way: a
 // client that crashes (or whose release is lost) leaves its unused hits
 // debited until the bucket refills, under-admission of at most its leases.
-// Only Check is served from leases, and only TOKEN_BUCKET checks with a
-// rule given (Rule.Limit > 0), without warm-up or behavior flags, not
-// chained; CheckBatch and other checks go to the owners. Leases need the
+// Leases serve Check and the items of CheckBatch that are TOKEN_BUCKET
+// checks with hits and a rule given (Rule.Limit > 0), without warm-up or
+// behavior flags, outside a chained group; other checks go to the owners,
+// a peek included. Leases need the
 // ring (not NoRouting) and nodes that grant them to clients: --leases,
 // and client certificates (mTLS) or --client-leases. A node that refuses
 // (PermissionDenied; LeaseStats().Err) is not asked again for 30 s.

@@ -337,3 +337,41 @@ func TestLeaseConservationUnderConcurrency(t *testing.T) {
 	}
 	t.Logf("%d decided from %d grants, %d releases", st.Decided, st.Granted, st.Released)
 }
+
+// TestLeaseCheckBatch: in a batch, a check a lease decides is answered in
+// the client; a chained group (even its last, unchained check) and a
+// peek go to the owner, and the answers keep the batch's order.
+func TestLeaseCheckBatch(t *testing.T) {
+	t.Parallel()
+	fc, gs, _ := leaseCluster(t, 1, lease.Anyone, nil)
+	gs[0].budget.Store(1_000_000)
+	c := newClient(t, Config{Targets: fc.addrs(), Leases: true, LeaseThreshold: 1})
+	waitRing(t, c, 1)
+	hot := leaseCheck("hot", 1_000_000)
+	poll.Until(t, 10*time.Second, func() bool {
+		_, _ = c.Check(testCtx(t), hot)
+		return c.LeaseStats().Held > 0
+	}, "a lease")
+	// The chained group holds the hot key itself: only a group's
+	// members may never be decided alone.
+	g1, g2, peek := hot, hot, leaseCheck("cold", 1_000_000)
+	g1.Chained, peek.Hits = true, 0
+	_, before := fc.nodes[0].got()
+	decided := c.LeaseStats().Decided
+	res, err := c.CheckBatch(testCtx(t), []limit.Check{hot, g1, g2, peek, hot})
+	if err != nil || len(res) != 5 {
+		t.Fatalf("CheckBatch = %d results, %v", len(res), err)
+	}
+	for i, r := range res {
+		if !r.Allowed && i != 3 {
+			t.Errorf("item %d = %+v, want allowed", i, r)
+		}
+	}
+	_, after := fc.nodes[0].got()
+	if sent := after[len(before):]; len(sent) != 3 || sent[0] != "hot" || sent[1] != "hot" || sent[2] != "cold" {
+		t.Errorf("the node got %q, want the group's two checks and the peek", sent)
+	}
+	if d := c.LeaseStats().Decided - decided; d != 2 {
+		t.Errorf("%d checks of the batch decided from the lease, want 2", d)
+	}
+}
