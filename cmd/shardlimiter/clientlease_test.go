@@ -156,7 +156,11 @@ func TestClientLeasesExactAcrossThreeClientProcesses(t *testing.T) {
 	}, "3 nodes converge")
 	notOwnerReroutes(t, procs)
 
-	crash := exec.Command(os.Args[0], "-test.run=^TestClientLeaseChild$", "-test.count=1")
+	// The children end once the key is spent; the deadline only keeps a
+	// bug from hanging the test.
+	childCtx, cancelChildren := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancelChildren()
+	crash := exec.CommandContext(childCtx, os.Args[0], "-test.run=^TestClientLeaseChild$", "-test.count=1")
 	crash.Env = append(os.Environ(), childEnv+"="+strings.Join(targets, ","), crashEnv+"=1")
 	crashOut, err := crash.CombinedOutput()
 	crashed, ok := parseTally(string(crashOut))
@@ -167,7 +171,7 @@ func TestClientLeasesExactAcrossThreeClientProcesses(t *testing.T) {
 	children := make([]*exec.Cmd, 3)
 	outs := make([]*syncBuffer, 3)
 	for i := range children {
-		cmd := exec.Command(os.Args[0], "-test.run=^TestClientLeaseChild$", "-test.count=1")
+		cmd := exec.CommandContext(childCtx, os.Args[0], "-test.run=^TestClientLeaseChild$", "-test.count=1")
 		cmd.Env = append(os.Environ(), childEnv+"="+strings.Join(targets, ","))
 		outs[i] = &syncBuffer{}
 		cmd.Stdout, cmd.Stderr = outs[i], outs[i]
