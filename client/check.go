@@ -45,6 +45,12 @@ func (c *Client) Check(ctx context.Context, chk limit.Check) (limit.Result, erro
 	if c.closed.Load() {
 		return limit.Result{}, ErrClosed
 	}
+	if c.leases != nil && leasable(&chk) {
+		var res limit.Result
+		if c.leases.decide(&chk, &res) {
+			return res, nil
+		}
+	}
 	checks := []limit.Check{chk}
 	c.inflight.Add(1)
 	defer c.inflight.Add(-1)
@@ -72,6 +78,46 @@ func (c *Client) CheckBatch(ctx context.Context, checks []limit.Check) ([]limit.
 	if len(checks) == 0 {
 		return nil, nil
 	}
+	if c.leases != nil {
+		return c.checkBatchLeased(ctx, checks)
+	}
+	return c.checkBatch(ctx, checks)
+}
+
+// checkBatchLeased is CheckBatch with leases: the checks a lease decides
+// are answered here, the others sent. A check that ends a chained group
+// is the group's, never decided alone.
+func (c *Client) checkBatchLeased(ctx context.Context, checks []limit.Check) ([]limit.Result, error) {
+	res := make([]limit.Result, len(checks))
+	var rest []int
+	for i := range checks {
+		grouped := i > 0 && checks[i-1].Chained
+		if grouped || !leasable(&checks[i]) || !c.leases.decide(&checks[i], &res[i]) {
+			rest = append(rest, i)
+		}
+	}
+	switch len(rest) {
+	case 0:
+		return res, nil
+	case len(checks):
+		return c.checkBatch(ctx, checks)
+	}
+	sub := make([]limit.Check, len(rest))
+	for j, i := range rest {
+		sub[j] = checks[i]
+	}
+	out, err := c.checkBatch(ctx, sub)
+	if out == nil {
+		return nil, err
+	}
+	for j, i := range rest {
+		res[i] = out[j]
+	}
+	return res, err
+}
+
+// checkBatch sends checks to their owners: CheckBatch without leases.
+func (c *Client) checkBatch(ctx context.Context, checks []limit.Check) ([]limit.Result, error) {
 	c.inflight.Add(int64(len(checks)))
 	defer c.inflight.Add(-int64(len(checks)))
 	// Items by node, in batch order: a chained group, which shares one key,

@@ -49,6 +49,22 @@ type Config struct {
 	// NoRouting turns owner-aware routing off: every check goes to the
 	// targets (still coalesced), which forward it to its owner.
 	NoRouting bool
+	// Leases lets the client decide the checks of its hot keys itself,
+	// from leases of their capacity that the keys' owners grant it
+	// (the package doc, "Leases"): a check decided from a lease costs no
+	// RPC. Off by default. Leases serve the TOKEN_BUCKET checks (of
+	// Check and CheckBatch) with a rule, hits, no warm-up or behavior
+	// flags and outside a chained group;
+	// it needs routing (not NoRouting) and nodes that grant client leases
+	// (--leases, and mTLS or --client-leases). A crash of the client
+	// costs the cluster at most the hits of its leases, unused until they
+	// expire (half a second): under-admission, never over-admission.
+	Leases bool
+	// LeaseThreshold is the rate, in checks per second of one key, above
+	// which the client asks for a lease of it. Zero means 100. Lower
+	// lends more keys, each a share of its capacity the other callers
+	// cannot use meanwhile.
+	LeaseThreshold float64
 }
 
 // Errors of the client. A failed call wraps one of them, so that
@@ -87,6 +103,8 @@ type Client struct {
 
 	stopWatch context.CancelFunc
 	watchDone chan struct{} // closed when the watch has exited; nil with NoRouting
+	leases    *leaseHolder  // nil without Config.Leases
+	sweepDone chan struct{} // closed when the lease sweep has exited; nil without leases
 	closeOnce sync.Once
 }
 
@@ -123,6 +141,13 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 		defer close(c.watchDone)
 		c.watch(wctx, sync.OnceFunc(func() { close(first) }))
 	}()
+	if cfg.Leases {
+		c.leases, c.sweepDone = newLeaseHolder(c, cfg.LeaseThreshold), make(chan struct{})
+		go func() {
+			defer close(c.sweepDone)
+			c.leases.sweep(wctx)
+		}()
+	}
 	select {
 	case <-first:
 	case <-ctx.Done():
@@ -145,7 +170,8 @@ func (c *Client) destLocked(addr string) (*dest, error) {
 	return d, nil
 }
 
-// Close stops the ring watch, answers every call not yet answered with
+// Close stops the ring watch, gives back what is left of the client's
+// leases (waiting for the answers, each bounded by Timeout), answers every call not yet answered with
 // ErrClosed and closes the connections. It returns once every goroutine the
 // client started has exited. It is idempotent; calls after it fail with
 // ErrClosed.
@@ -155,6 +181,10 @@ func (c *Client) Close() error {
 		if c.stopWatch != nil {
 			c.stopWatch()
 			<-c.watchDone // no dest is made or retired after this
+		}
+		if c.leases != nil {
+			<-c.sweepDone
+			c.leases.close() // gives the leases back while the connections are open
 		}
 		c.closeDests()
 	})

@@ -39,11 +39,42 @@
 // is one message each way with no call set-up; a node without the stream
 // method gets unary GetRateLimits calls.
 //
+// # Leases
+//
+// With Config.Leases the client decides the checks of its hot keys itself.
+// A key checked more often than Config.LeaseThreshold times a second gets
+// a lease: its owner takes a share of the key's capacity out of the key,
+// exactly as if those hits had been admitted, and hands it to the client
+// (shardlimiter.v1.Leases/Lease on the client port, served by api/lease).
+// Check then admits from the lease with one atomic compare-and-swap and no
+// RPC; a check that finds the lease short goes to the owner as before. A
+// lease is asked for with the key's recent rate times 200 ms, renewed in
+// the background (never in a check's path) once half of it is spent or
+// near its end, and what is left is given back, and credited to the key,
+// when it expires (about 400 ms after the request, before the owner's
+// 500 ms) and on Close. A key over its limit gets a deny lease instead:
+// the client refuses its checks locally until it ends. A node that does
+// not own the key names its owner, and the client asks there.
+//
+// The cluster never admits more than the owner alone would: every hit the
+// client admits was debited first. What a lease costs is the other way: a
+// client that crashes (or whose release is lost) leaves its unused hits
+// debited until the bucket refills, under-admission of at most its leases.
+// Leases serve Check and the items of CheckBatch that are TOKEN_BUCKET
+// checks with hits and a rule given (Rule.Limit > 0), without warm-up or
+// behavior flags, outside a chained group; other checks go to the owners,
+// a peek included. Leases need the
+// ring (not NoRouting) and nodes that grant them to clients: --leases,
+// and client certificates (mTLS) or --client-leases. A node that refuses
+// (PermissionDenied; LeaseStats().Err) is not asked again for 30 s.
+//
 // # Concurrency and lifecycle
 //
 // A Client is safe for concurrent use. New starts one goroutine, the ring
-// watch (none with NoRouting), and gRPC keeps its own per connection; RPC
-// senders run only while calls are in flight. Close stops all of them and
-// returns once they have exited. Every call accepted before Close is
+// watch (none with NoRouting), and a second, the lease sweep, with
+// Config.Leases; lease calls run in goroutines of their own while in
+// flight, and gRPC keeps its own per connection; RPC senders run only
+// while calls are in flight. Close gives back the leases, stops all of
+// them and returns once they have exited. Every call accepted before Close is
 // answered: by its result, or by ErrClosed; none is left waiting.
 package client

@@ -17,6 +17,11 @@ type LeaseRequest struct {
 	Want     int64  // hits asked for; 0 asks for none
 	Release  uint64 // a grant of this owner to end; 0 for none
 	Leftover int64  // hits of Release the lessee did not use
+	// Client says the lessee is a client process of the receiving node
+	// (api/lease), named by From, rather than another member: the
+	// receiver grants it as it grants a member. Never set from a peer's
+	// wire message.
+	Client bool
 }
 
 // LeaseGrant answers a LeaseRequest.

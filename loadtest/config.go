@@ -39,6 +39,7 @@ type config struct {
 	entryOne       bool     // everything to targets[0]
 	client         string   // clientPlain or clientDirect (--client)
 	clientInflight int      // --client direct: RPC slots per node; 0 = the client's default
+	clientLeases   bool     // --client direct: the client holds leases of hot keys
 	api            string   // apiNative or apiRLS (--api)
 	local          int      // start a local cluster of this many nodes
 	localFlags     []string // extra flags for the local servers
@@ -115,6 +116,7 @@ func newFlagSet(out io.Writer, c *config, r *rawFlags) *flag.FlagSet {
 	fs.IntVar(&c.batch, "batch", 100, "checks per GetRateLimits call (throughput mode)")
 	fs.Float64Var(&c.rate, "rate", 0, "open loop: checks/s on a fixed schedule (0 = closed loop); accuracy: total attempts/s (default 5.3× the limit's rate per key)")
 	fs.IntVar(&c.conns, "conns", 1, "gRPC connections per target")
+	fs.BoolVar(&c.clientLeases, "client-leases", false, "with --client direct: the client holds leases of its hot keys and decides their checks in-process (client.Config.Leases, threshold 1 check/s); the nodes need --leases and --client-leases (--local-flag)")
 	fs.IntVar(&c.clientInflight, "client-inflight", 0, "with --client direct: RPCs in flight per node (client.Config.MaxInFlight; 0 = the client's default). Fewer slots merge more concurrent checks per RPC")
 	fs.DurationVar(&c.rpcTimeout, "rpc-timeout", 2*time.Second, "deadline of one call")
 	fs.BoolVar(&c.backoff, "backoff", false, "closed loop: after a call the server refused for overload, the worker waits the retry delay the server asked for before its next call (default: it calls again at once)")
@@ -272,6 +274,9 @@ func (c *config) validateLoad(bad func(string, ...any)) {
 	}
 	if c.clientInflight != 0 && c.client != clientDirect {
 		bad("--client-inflight needs --client direct")
+	}
+	if c.clientLeases && c.client != clientDirect {
+		bad("--client-leases needs --client direct")
 	}
 	if c.rpcTimeout <= 0 {
 		bad("--rpc-timeout: want > 0, got %v", c.rpcTimeout)

@@ -40,6 +40,7 @@ func TestBadFlagsExitTwoWithAMessage(t *testing.T) {
 		{[]string{"--targets", "a:1", "--calibrate-process"}, "--calibrate-process needs --calibrate"},
 		{[]string{"--targets", "a:1", "--client-inflight", "2"}, "--client-inflight needs --client direct"},
 		{[]string{"--targets", "a:1", "--client", "direct", "--client-inflight", "-1"}, "--client-inflight: want >= 0"},
+		{[]string{"--targets", "a:1", "--client-leases"}, "--client-leases needs --client direct"},
 		{[]string{"--targets", "a:1", "extra"}, `unexpected argument "extra"`},
 		{[]string{"--no-such-flag"}, "flag provided but not defined: -no-such-flag"},
 		{[]string{"--batch", "ten"}, `invalid value "ten" for flag -batch`},

@@ -45,12 +45,14 @@ const directWait = 5 * time.Second
 
 // dialDirect returns one target, named after addrs, whose only connection
 // is an owner-aware client seeded with addrs, with maxInFlight RPC slots
-// per node (0: the client's default). The client keeps one connection per
-// node, so --conns does not apply.
-func dialDirect(addrs []string, maxInFlight int) ([]*target, error) {
+// per node (0: the client's default), holding leases of its hot keys with
+// leases. The client keeps one connection per node, so --conns does not
+// apply.
+func dialDirect(addrs []string, maxInFlight int, leases bool) ([]*target, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), directWait)
 	defer cancel()
-	c, err := client.New(ctx, client.Config{Targets: addrs, DialOptions: dialOptions, MaxInFlight: maxInFlight})
+	c, err := client.New(ctx, client.Config{Targets: addrs, DialOptions: dialOptions, MaxInFlight: maxInFlight,
+		Leases: leases, LeaseThreshold: 1})
 	if err != nil {
 		return nil, err
 	}

@@ -79,7 +79,9 @@ func measure(ctx context.Context, cfg *config, targets, metrics []string, stderr
 	}
 	dial := dialTargets
 	if cfg.client == clientDirect {
-		dial = func(addrs []string, _ int) ([]*target, error) { return dialDirect(addrs, cfg.clientInflight) }
+		dial = func(addrs []string, _ int) ([]*target, error) {
+			return dialDirect(addrs, cfg.clientInflight, cfg.clientLeases)
+		}
 	}
 	switch cfg.api {
 	case apiRLS:

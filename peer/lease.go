@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -55,6 +56,17 @@ var errNotLeasable = errors.New("peer: only TOKEN_BUCKET without warm-up or beha
 // (bucket.TokenBucket).
 type creditor interface {
 	Credit(key string, now int64, r limit.Rule, hits int64) int64
+}
+
+// clientLessee prefixes, in the book, the name of a lessee that is a
+// client process (LeaseRequest.Client): its records are kept until they
+// expire, as it is no member.
+const clientLessee = "\x00client/"
+
+// isLessee reports whether the book keeps the records of lessee: a client
+// or a member of the ring.
+func (mv *mover) isLessee(lessee string) bool {
+	return strings.HasPrefix(lessee, clientLessee) || mv.isMember(lessee)
 }
 
 // leasableRule reports whether checks under r may be decided from a lease:
@@ -205,6 +217,9 @@ func (mv *mover) lease(ctx context.Context, r limit.LeaseRequest) (limit.LeaseGr
 	if !leasableRule(r.Rule) {
 		return limit.LeaseGrant{}, errNotLeasable
 	}
+	if r.Client {
+		r.From = clientLessee + r.From // never a member's name
+	}
 	uk := uniqueKeyOf(r.Key)
 	ho := mv.host.marks()
 	ho.deciding.RLock()
@@ -218,7 +233,7 @@ func (mv *mover) lease(ctx context.Context, r limit.LeaseRequest) (limit.LeaseGr
 	if r.Release != 0 {
 		g.Credited = mv.release(r, now)
 	}
-	if r.Want > 0 && mv.cfg.Leases && !mv.host.leaving() && v.snap.IndexOf(r.From) >= 0 && r.From != mv.cfg.Name {
+	if r.Want > 0 && mv.cfg.Leases && !mv.host.leaving() && (r.Client || v.snap.IndexOf(r.From) >= 0 && r.From != mv.cfg.Name) {
 		g = mv.grantLocked(r, now, g)
 	}
 	ho.deciding.RUnlock()
@@ -269,7 +284,7 @@ func (mv *mover) grantLocked(r limit.LeaseRequest, now int64, g limit.LeaseGrant
 		}
 		return g
 	}
-	lessees, room := mv.leases.lesseesOf(r.Key, now, mv.isMember)
+	lessees, room := mv.leases.lesseesOf(r.Key, now, mv.isLessee)
 	size := leaseSize(r.Want, peek.Remaining, r.Rule.Capacity(), lessees)
 	if size == 0 || !room {
 		return g

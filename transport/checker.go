@@ -47,6 +47,10 @@ var (
 	ErrTimeout = errors.New("transport: timed out")
 	// ErrClosed: the client was closed before the check was answered.
 	ErrClosed = errors.New("transport: client closed")
+	// ErrPermissionDenied: the node does not allow the caller what it
+	// asked (a client lease where client leases are off). Answered with
+	// codes.PermissionDenied / HTTP 403; retrying cannot succeed.
+	ErrPermissionDenied = errors.New("transport: permission denied")
 )
 
 // callError is a failed call of one of this package's clients. Its text
@@ -115,6 +119,7 @@ func (e *MalformedError) Unwrap() error { return e.Err }
 //	ErrShuttingDown, ErrUnavailable,
 //	ErrClosed                                Unavailable
 //	ErrOverloaded                            ResourceExhausted
+//	ErrPermissionDenied                      PermissionDenied
 //	ErrTimeout, context.DeadlineExceeded     DeadlineExceeded
 //	context.Canceled                         Canceled
 //	an error carrying a gRPC status          that status's code
@@ -129,6 +134,8 @@ func Code(err error) codes.Code {
 		return codes.InvalidArgument
 	case errors.Is(err, ErrOverloaded):
 		return codes.ResourceExhausted
+	case errors.Is(err, ErrPermissionDenied):
+		return codes.PermissionDenied
 	case errors.Is(err, ErrShuttingDown), errors.Is(err, ErrUnavailable), errors.Is(err, ErrClosed):
 		return codes.Unavailable
 	case errors.Is(err, ErrTimeout), errors.Is(err, context.DeadlineExceeded):
@@ -159,6 +166,8 @@ func HTTPStatus(c codes.Code) int {
 		return http.StatusNotImplemented
 	case codes.ResourceExhausted:
 		return http.StatusTooManyRequests
+	case codes.PermissionDenied:
+		return http.StatusForbidden
 	}
 	return http.StatusInternalServerError
 }

@@ -100,6 +100,15 @@ const ClusterServiceName = "shardlimiter.v1.Cluster"
 // health reports it.
 const InspectServiceName = "shardlimiter.v1.Inspect"
 
+// LeasesServiceName is the client listener's lease service (api/lease),
+// through which a client process holds leases of hot keys. Its one
+// method, LeaseMethod, speaks State.Lease's messages (pb.LeaseRequest,
+// pb.LeaseResponse); the request's from is the client's instance name.
+const (
+	LeasesServiceName = "shardlimiter.v1.Leases"
+	LeaseMethod       = pb.Leases_Lease_FullMethodName
+)
+
 // DefaultMaxBatch is the default bound on items per call (--max-batch).
 const DefaultMaxBatch = 1000
 

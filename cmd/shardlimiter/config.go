@@ -50,6 +50,7 @@ type config struct {
 	pprof         bool
 	leases        bool    // --leases
 	leaseRate     float64 // --lease-threshold, checks per second of one key
+	clientLeases  bool    // --client-leases: any client may hold leases (unauthenticated)
 	rls           rlsConfig
 	maxInflight   int64  // client checks in flight; 0 = no bound
 	maxPeerFlight int64  // forwarded checks and state keys in flight; 0 = no bound
@@ -136,6 +137,7 @@ func defineBools(fs *flag.FlagSet, raw map[string]*string) {
 		"rls-stop-increment-when-over-limit": "Envoy rate-limit service: count only the hits a descriptor admits (envoyproxy/ratelimit's STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT); by default every hit counts, past the limit",
 		"rls-dynamic-metadata":               "Envoy rate-limit service: return envoyproxy/ratelimit's dynamic metadata (domain, descriptors, hitsAddend, the metadata of the rules that passed), as its RESPONSE_DYNAMIC_METADATA",
 		"leases":                             "lease hot keys (docs/ARCHITECTURE.md, Leases): grant shares of the keys this node owns to the nodes that ask, each debited from the key, and ask for them for the TOKEN_BUCKET keys this node forwards above --lease-threshold, deciding their checks here; exact, off by default",
+		"client-leases":                      "let any client process hold leases of hot keys (shardlimiter.v1.Leases; docs/ARCHITECTURE.md, Leases), UNAUTHENTICATED, for development; with --tls-client-ca-file clients holding a verified certificate may without it; grants need --leases",
 		"pprof":                              "serve Go profiles at /debug/pprof/ on the HTTP address, for operators profiling a node",
 	} {
 		b := boolString("false")
@@ -232,6 +234,9 @@ func validate(raw map[string]*string, fromEnv map[string]bool) (config, error) {
 	}
 	if c.leases, err = strconv.ParseBool(*raw["leases"]); err != nil {
 		p.bad("leases", "want true or false, got %q", *raw["leases"])
+	}
+	if c.clientLeases, err = strconv.ParseBool(*raw["client-leases"]); err != nil {
+		p.bad("client-leases", "want true or false, got %q", *raw["client-leases"])
 	}
 	if c.leaseRate, err = strconv.ParseFloat(*raw["lease-threshold"], 64); err != nil || !(c.leaseRate > 0) || math.IsInf(c.leaseRate, 0) {
 		p.bad("lease-threshold", "want a positive number of checks per second, got %q", *raw["lease-threshold"])

@@ -237,6 +237,7 @@ func (s *server) newListeners(b bounds, reg *prometheus.Registry) {
 	})
 	native.Register(s.grpc, checker, s.node) // the node tells clients the ring (package client)
 	inspect.Register(s.grpc, inspector)
+	s.registerClientLeases(s.grpc, reg)
 	s.rls.svc.Register(s.grpc)
 	gub := gubapi.Register(s.grpc, s.gubernatorConfig())
 	s.peers = tserver.NewPeerListener(tserver.Config{

@@ -39,6 +39,7 @@ var allowed = map[string][]string{
 	// transport/server; none imports another, or the node.
 	"api/native":           {"limit", "ring", "transport", "transport/pb", "transport/server", "transport/wire"},
 	"api/inspect":          {"limit", "transport", "transport/pb", "transport/server"},
+	"api/lease":            {"limit", "transport", "transport/pb", "transport/server"},
 	"api/peers":            {"limit", "transport", "transport/pb", "transport/server", "transport/wire"},
 	"api/gubernator":       {"limit", "transport", "transport/server", "transport/wire", "api/gubernator/gubpb"},
 	"api/gubernator/gubpb": {},
@@ -109,6 +110,7 @@ var thirdParty = map[string][]string{
 	"transport/dial":   {"google.golang.org/grpc", "google.golang.org/protobuf", "github.com/prometheus/client_golang"},
 	"api/native":       {"google.golang.org/grpc", "google.golang.org/protobuf"},
 	"api/inspect":      {"google.golang.org/grpc", "google.golang.org/protobuf"},
+	"api/lease":        {"google.golang.org/grpc"},
 	"api/peers":        {"google.golang.org/grpc", "google.golang.org/protobuf"},
 	"api/gubernator":   {"google.golang.org/grpc", "google.golang.org/protobuf"},
 	// The Redis protocol: RESP through redcon, no gRPC.
