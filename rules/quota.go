@@ -60,7 +60,9 @@ type QuotaMatch struct {
 	Key string
 	// PerSecond is the rule's limit in requests per second.
 	PerSecond float64
-	// Default applies when Rule is "".
+	// Default is the domain's default: what a bucket no rule matches
+	// gets, and what a matched bucket falls back to when its owner cannot
+	// be reached and its last assignment has ended.
 	Default QuotaDefault
 }
 
@@ -217,7 +219,7 @@ func (s *Set) MatchQuota(domain string, bucket map[string]string) QuotaMatch {
 	}
 	for _, r := range d.quota.rules {
 		if key, ok := r.match(domain, bucket); ok {
-			return QuotaMatch{Rule: r.name, Key: key, PerSecond: float64(r.limit.Rule.Limit) / r.limit.Rule.Period.Seconds()}
+			return QuotaMatch{Rule: r.name, Key: key, PerSecond: float64(r.limit.Rule.Limit) / r.limit.Rule.Period.Seconds(), Default: d.quota.dflt}
 		}
 	}
 	return QuotaMatch{Default: d.quota.dflt}
