@@ -128,6 +128,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		defer stopProfile()
 		return executeIdle(ctx, cfg, stdout, stderr)
 	}
+	if cfg.api == apiRLQS {
+		defer stopProfile()
+		return executeRLQS(ctx, cfg, stdout, stderr)
+	}
 	rep, err := execute(ctx, cfg, stderr)
 	stopProfile()
 	if err != nil {

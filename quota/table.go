@@ -30,6 +30,14 @@ const (
 // large rise passes the equal share at the first report anyway.
 const rise = 0.5
 
+// hysteresis is the relative change of an instance's share below which
+// its assignment is kept as it is.
+const hysteresis = 0.05
+
+// Slack is added to the TTL of every assignment the owner counts: the
+// time the answer takes to reach Envoy, whose TTL starts on arrival.
+const Slack = 200 * time.Millisecond
+
 // Config configures a Table.
 type Config struct {
 	// Interval is how often instances are expected to report. Zero means
@@ -72,6 +80,11 @@ type Assignment struct {
 	Tokens uint32
 	Fill   time.Duration
 	TTL    time.Duration
+	// Retry, when not zero, is when to ask again without waiting for the
+	// next report: the instance got less than its fair share because
+	// another instance's superseded assignment is still counted, and that
+	// one ends then.
+	Retry time.Duration
 }
 
 // Rate is the assignment's rate, requests per second.
@@ -204,32 +217,53 @@ func (in *instance) observe(r Report) {
 // assignLocked computes and records the assignment of instance id of b.
 func (t *Table) assignLocked(now time.Time, b *bucket, id string, in *instance) Assignment {
 	active := now.Add(-t.cfg.TTL)
-	ids := make([]string, 0, len(b.instances))
 	demands := make([]float64, 0, len(b.instances))
-	others := 0.0
-	mine := -1
+	others, mine := 0.0, -1
+	var ends time.Time // the first end of another instance's superseded assignment
 	for jid, j := range b.instances {
 		if jid != id {
 			others += j.outstanding(now)
+			ends = firstEnd(now, ends, j.older)
 		}
 		if j.seen.After(active) {
 			if jid == id {
-				mine = len(ids)
+				mine = len(demands)
 			}
-			ids = append(ids, jid)
 			demands = append(demands, j.demand)
 		}
 	}
+	free := b.limit - others
 	target := FairShares(b.limit, demands)[mine]
-	a := quantize(min(target, b.limit-others), t.cfg.TTL)
+	want := min(target, free)
+	if cur := in.current.live(now); cur > 0 && cur <= free && math.Abs(want-cur) <= hysteresis*cur {
+		// Keep the assignment: Envoy refills the token bucket of every
+		// new strategy, so a change is a burst; one of a few percent is
+		// not worth it.
+		want = cur
+	}
+	a := quantize(want, t.cfg.TTL)
+	if target-a.Rate() > hysteresis*target && !ends.IsZero() {
+		a.Retry = ends.Sub(now) // held back by an assignment that ends then
+	}
 	rate := a.Rate()
 	in.older = slices.DeleteFunc(in.older, func(l lease) bool { return l.live(now) == 0 })
 	if in.current.rate != rate && in.current.live(now) > 0 {
 		// The previous assignment may still be in use until its TTL ends.
 		in.older = append(in.older, in.current)
 	}
-	in.current = lease{rate: rate, until: now.Add(t.cfg.TTL)}
+	in.current = lease{rate: rate, until: now.Add(t.cfg.TTL + Slack)}
 	return a
+}
+
+// firstEnd returns the earlier of first and the first end after now of
+// leases (zero first: none yet).
+func firstEnd(now, first time.Time, leases []lease) time.Time {
+	for _, l := range leases {
+		if l.until.After(now) && (first.IsZero() || l.until.Before(first)) {
+			first = l.until
+		}
+	}
+	return first
 }
 
 // fills are the fill intervals, in seconds, an assignment may use: the

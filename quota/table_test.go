@@ -110,8 +110,8 @@ func TestTableLeaseCountsUntilTTL(t *testing.T) {
 	if a := r(time.Second, "a", 1000); a.Rate() != 50 {
 		t.Fatalf("a at 1 s: %+v, want its fair half, 50", a)
 	}
-	if a := r(1500*time.Millisecond, "b", 1000); a.Rate() != 0 {
-		t.Fatalf("b at 1.5 s: %+v, want 0 (a's old 100 runs until 2 s)", a)
+	if a := r(1500*time.Millisecond, "b", 1000); a.Rate() != 0 || a.Retry != 700*time.Millisecond {
+		t.Fatalf("b at 1.5 s: %+v, want 0 and a retry in 0.7 s (a's old 100 runs until 2 s plus the slack)", a)
 	}
 	if a := r(2500*time.Millisecond, "b", 1000); a.Rate() != 50 {
 		t.Fatalf("b at 2.5 s: %+v, want 50", a)
@@ -132,7 +132,7 @@ func TestTableSweepAbandons(t *testing.T) {
 	if n := tab.Sweep(t0.Add(time.Second)); n != 0 {
 		t.Fatalf("Sweep within the TTL dropped %d buckets", n)
 	}
-	if n := tab.Sweep(t0.Add(2 * time.Second)); n != 1 {
+	if n := tab.Sweep(t0.Add(2*time.Second + Slack)); n != 1 {
 		t.Fatalf("Sweep after the TTL dropped %d buckets, want 1", n)
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
@@ -31,6 +33,10 @@ const (
 	ReportMethod = "/" + QuotaService + "/Report"
 	// instanceKey is the metadata key of the reporting instance's name.
 	instanceKey = "x-shardlimiter-rlqs-instance"
+	// retryKey is the answer's header of when to ask again, one value
+	// per bucket in milliseconds (0: at the next report); see
+	// quota.Assignment.Retry.
+	retryKey = "x-shardlimiter-rlqs-retry-ms"
 )
 
 var quotaServiceDesc = grpc.ServiceDesc{
@@ -57,21 +63,28 @@ func reportHandler(srv any, ctx context.Context, dec func(any) error, _ grpc.Una
 	out := &rlqspb.RateLimitQuotaResponse{}
 	now := s.cfg.Now()
 	set := s.cfg.Rules.Load()
+	retries := make([]string, 0, len(in.GetBucketQuotaUsages()))
 	for _, u := range in.GetBucketQuotaUsages() {
 		if err := s.checkBucket(u.GetBucketId()); err != nil {
 			return nil, status.Error(codes.InvalidArgument, err.Error())
 		}
 		m := set.MatchQuota(in.GetDomain(), u.GetBucketId().GetBucket())
-		out.BucketAction = append(out.BucketAction, s.decideOwned(now, ids[0], in.GetDomain(), m, u))
+		action, retry := s.decideOwned(now, ids[0], in.GetDomain(), m, u)
+		out.BucketAction = append(out.BucketAction, action)
+		retries = append(retries, strconv.FormatInt(retry.Milliseconds(), 10))
+	}
+	if err := grpc.SetHeader(ctx, metadata.Pairs(append([]string{retryKey}, strings.Join(retries, ","))...)); err != nil {
+		return nil, err
 	}
 	return out, nil
 }
 
 // decideOwned reports u of instance on the bucket m, owned here, and
-// returns the instance's action for it.
-func (s *Service) decideOwned(now time.Time, instance, domain string, m rules.QuotaMatch, u *rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage) *rlqspb.RateLimitQuotaResponse_BucketAction {
+// returns the instance's action for it and when to ask again (0: at the
+// next report).
+func (s *Service) decideOwned(now time.Time, instance, domain string, m rules.QuotaMatch, u *rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage) (*rlqspb.RateLimitQuotaResponse_BucketAction, time.Duration) {
 	if m.Rule == "" {
-		return defaultAction(u.GetBucketId(), m.Default, s.table.TTL())
+		return defaultAction(u.GetBucketId(), m.Default, s.table.TTL()), 0
 	}
 	a, err := s.table.Report(now, quota.Report{
 		Key: m.Key, Group: group(domain, m.Rule), Limit: m.PerSecond, Instance: instance,
@@ -80,29 +93,38 @@ func (s *Service) decideOwned(now time.Time, instance, domain string, m rules.Qu
 	})
 	if err != nil { // the table is full: this bucket falls back to the default
 		s.m.full.Inc()
-		return defaultAction(u.GetBucketId(), m.Default, s.table.TTL())
+		return defaultAction(u.GetBucketId(), m.Default, s.table.TTL()), 0
 	}
-	return assignmentAction(u.GetBucketId(), a)
+	return assignmentAction(u.GetBucketId(), a), a.Retry
 }
 
 // remoteReport sends the usages to the owner at addr and returns its
-// actions, one per usage.
-func (s *Service) remoteReport(ctx context.Context, addr, instance, domain string, usages []*rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage) ([]*rlqspb.RateLimitQuotaResponse_BucketAction, error) {
+// actions and retries, one per usage.
+func (s *Service) remoteReport(ctx context.Context, addr, instance, domain string, usages []*rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage) ([]*rlqspb.RateLimitQuotaResponse_BucketAction, []time.Duration, error) {
 	cc, err := s.owners.conn(addr)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	ctx, cancel := context.WithTimeout(metadata.AppendToOutgoingContext(ctx, instanceKey, instance), s.cfg.PeerTimeout)
 	defer cancel()
 	out := new(rlqspb.RateLimitQuotaResponse)
 	in := &rlqspb.RateLimitQuotaUsageReports{Domain: domain, BucketQuotaUsages: usages}
-	if err := cc.Invoke(ctx, ReportMethod, in, out); err != nil {
-		return nil, fmt.Errorf("rlqs: report to the owner %s: %w", addr, err)
+	var header metadata.MD
+	if err := cc.Invoke(ctx, ReportMethod, in, out, grpc.Header(&header)); err != nil {
+		return nil, nil, fmt.Errorf("rlqs: report to the owner %s: %w", addr, err)
 	}
 	if len(out.GetBucketAction()) != len(usages) {
-		return nil, fmt.Errorf("rlqs: the owner %s answered %d actions for %d buckets", addr, len(out.GetBucketAction()), len(usages))
+		return nil, nil, fmt.Errorf("rlqs: the owner %s answered %d actions for %d buckets", addr, len(out.GetBucketAction()), len(usages))
 	}
-	return out.GetBucketAction(), nil
+	retries := make([]time.Duration, len(usages))
+	if v := header.Get(retryKey); len(v) == 1 {
+		for i, ms := range strings.Split(v[0], ",") {
+			if n, err := strconv.ParseInt(ms, 10, 64); err == nil && i < len(retries) && n > 0 {
+				retries[i] = time.Duration(n) * time.Millisecond
+			}
+		}
+	}
+	return out.GetBucketAction(), retries, nil
 }
 
 // conn returns the connection to addr, made on first use.

@@ -22,6 +22,10 @@ type stream struct {
 	buckets map[string]*streamBucket
 	tokens  float64 // report budget
 	filled  time.Time
+	// waiting are the buckets whose owner asked to be asked again (an
+	// assignment held back by another that ends soon), at retry.
+	waiting []*streamBucket
+	retry   *time.Timer
 }
 
 // streamBucket is what a stream knows of one of its buckets.
@@ -61,10 +65,16 @@ func (s *Service) StreamRateLimitQuotas(st rlqspb.RateLimitQuotaService_StreamRa
 		}
 	}()
 	ss := &stream{id: fmt.Sprintf("%s/%d", s.cfg.Node, s.seq.Add(1)), buckets: map[string]*streamBucket{}}
+	ss.retry = time.NewTimer(time.Hour)
+	ss.retry.Stop()
+	defer ss.retry.Stop()
 	for {
 		var msg *rlqspb.RateLimitQuotaUsageReports
+		charge := true
 		select {
 		case msg = <-reports:
+		case <-ss.retry.C:
+			msg, charge = ss.refresh(), false // ours, not the instance's: not charged
 		case err := <-recvErr:
 			if err == io.EOF {
 				return nil
@@ -75,7 +85,7 @@ func (s *Service) StreamRateLimitQuotas(st rlqspb.RateLimitQuotaService_StreamRa
 		case <-ctx.Done():
 			return ctx.Err()
 		}
-		resp, err := s.report(ctx, ss, s.cfg.Now(), msg)
+		resp, err := s.report(ctx, ss, s.cfg.Now(), msg, charge)
 		if err != nil {
 			s.m.refused.WithLabelValues(status.Code(err).String()).Inc()
 			return err
@@ -104,18 +114,39 @@ func (ss *stream) admit(now time.Time, rate float64) bool {
 	return true
 }
 
+// minRetry is the shortest wait before the owners are asked again.
+const minRetry = 50 * time.Millisecond
+
 // pending is one bucket of a report on its way to its owner.
 type pending struct {
 	usage  *rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage
 	bucket *streamBucket
 	match  rules.QuotaMatch
 	action *rlqspb.RateLimitQuotaResponse_BucketAction
+	retry  time.Duration // ask again then (0: at the next report)
+}
+
+// refresh is the report that asks the owners again for the waiting
+// buckets: no counts, time_elapsed 0 (no demand is learnt from it).
+func (ss *stream) refresh() *rlqspb.RateLimitQuotaUsageReports {
+	msg := &rlqspb.RateLimitQuotaUsageReports{Domain: ss.domain}
+	seen := map[*streamBucket]bool{}
+	for _, b := range ss.waiting {
+		if seen[b] || ss.buckets[bucketName(b.id)] != b {
+			continue // asked twice, or abandoned since
+		}
+		seen[b] = true
+		msg.BucketQuotaUsages = append(msg.BucketQuotaUsages, &rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage{BucketId: b.id})
+	}
+	ss.waiting = nil
+	return msg
 }
 
 // report checks msg, has each bucket decided by its owner and returns the
-// answer to send.
-func (s *Service) report(ctx context.Context, ss *stream, now time.Time, msg *rlqspb.RateLimitQuotaUsageReports) (*rlqspb.RateLimitQuotaResponse, error) {
-	if !ss.admit(now, s.cfg.MaxReportsPerSecond) {
+// answer to send; charge: msg is the instance's, counted against its
+// budget of reports.
+func (s *Service) report(ctx context.Context, ss *stream, now time.Time, msg *rlqspb.RateLimitQuotaUsageReports, charge bool) (*rlqspb.RateLimitQuotaResponse, error) {
+	if charge && !ss.admit(now, s.cfg.MaxReportsPerSecond) {
 		return nil, status.Errorf(codes.ResourceExhausted, "rlqs: more than %g reports per second on this stream", s.cfg.MaxReportsPerSecond)
 	}
 	items, err := s.accept(ss, now, msg)
@@ -124,7 +155,14 @@ func (s *Service) report(ctx context.Context, ss *stream, now time.Time, msg *rl
 	}
 	s.route(ctx, ss, now, items)
 	resp := &rlqspb.RateLimitQuotaResponse{}
+	retry := time.Duration(0)
 	for _, p := range items {
+		if p.retry > 0 {
+			ss.waiting = append(ss.waiting, p.bucket)
+			if retry == 0 || p.retry < retry {
+				retry = p.retry
+			}
+		}
 		if p.action.GetBucketAction() == nil {
 			continue
 		}
@@ -141,6 +179,9 @@ func (s *Service) report(ctx context.Context, ss *stream, now time.Time, msg *rl
 			delete(ss.buckets, name)
 			s.m.abandonedStream.Inc()
 		}
+	}
+	if retry > 0 {
+		ss.retry.Reset(max(retry, minRetry))
 	}
 	return resp, nil
 }
@@ -191,7 +232,7 @@ func (s *Service) route(ctx context.Context, ss *stream, now time.Time, items []
 		case p.match.Rule == "":
 			p.action = defaultAction(p.usage.GetBucketId(), p.match.Default, s.table.TTL())
 		case self:
-			p.action = s.decideOwned(now, ss.id, ss.domain, p.match, p.usage)
+			p.action, p.retry = s.decideOwned(now, ss.id, ss.domain, p.match, p.usage)
 			s.m.reports.WithLabelValues("local").Inc()
 		default:
 			remote[addr] = append(remote[addr], p)
@@ -223,11 +264,11 @@ func (s *Service) forward(ctx context.Context, ss *stream, now time.Time, addr s
 	for i, p := range ps {
 		usages[i] = p.usage
 	}
-	actions, err := s.remoteReport(ctx, addr, ss.id, ss.domain, usages)
+	actions, retries, err := s.remoteReport(ctx, addr, ss.id, ss.domain, usages)
 	if err == nil {
 		s.m.reports.WithLabelValues("forwarded").Add(float64(len(ps)))
 		for i, p := range ps {
-			p.action = actions[i]
+			p.action, p.retry = actions[i], retries[i]
 		}
 		return
 	}
