@@ -25,15 +25,15 @@ type rlqsReport struct {
 	Demands     []float64 `json:"demands"`
 	ShiftAtS    float64   `json:"shift_at_s,omitempty"`
 	ShiftTo     []float64 `json:"shift_to,omitempty"`
-	Targets1    []float64 `json:"fair_shares"`                 // max-min fair shares of Demands
-	Targets2    []float64 `json:"fair_shares_after,omitempty"` // … of ShiftTo
-	PerSecond   []float64 `json:"admitted_over_limit"`         // admitted ÷ limit, each second of the run
-	Steady      window    `json:"steady"`                      // from the first convergence to the shift (or the end)
-	AfterShift  *window   `json:"after_shift,omitempty"`       // from the convergence after the shift to the end
-	ConvergedS  float64   `json:"converged_s"`                 // from the start; -1: never
-	ShiftConvS  float64   `json:"shift_converged_s,omitempty"` // from the shift; -1: never
+	Targets1    []float64 `json:"fair_shares"`                       // max-min fair shares of Demands
+	Targets2    []float64 `json:"fair_shares_after,omitempty"`       // … of ShiftTo
+	PerSecond   []float64 `json:"admitted_over_limit"`               // admitted ÷ limit, each second of the run
+	Steady      window    `json:"steady"`                            // from the first convergence to the shift (or the end)
+	AfterShift  *window   `json:"after_shift,omitempty"`             // from the convergence after the shift to the end
+	ConvergedS  float64   `json:"converged_s"`                       // from the start; -1: never
+	ShiftConvS  float64   `json:"shift_converged_s,omitempty"`       // from the shift; -1: never
 	ShiftConvR  int       `json:"shift_converged_reports,omitempty"` // the most reports an instance sent after the shift until convergence
-	ShiftPeak   float64   `json:"shift_peak_over_limit,omitempty"` // the highest second from the shift to its convergence
+	ShiftPeak   float64   `json:"shift_peak_over_limit,omitempty"`   // the highest second from the shift to its convergence
 	StreamError string    `json:"stream_error,omitempty"`
 }
 
