@@ -73,8 +73,11 @@ func executeRLQS(ctx context.Context, cfg *config, stdout, stderr io.Writer) int
 	} else {
 		err = writeRLQS(stdout, rep)
 	}
-	if err != nil || rep.StreamError != "" {
-		fmt.Fprintf(stderr, "loadtest: %v%s\n", err, rep.StreamError)
+	if err == nil && rep.StreamError != "" {
+		err = fmt.Errorf("a stream failed: %s", rep.StreamError)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "loadtest: %v\n", err)
 		return exitFail
 	}
 	return exitOK
@@ -121,8 +124,12 @@ func runRLQS(ctx context.Context, c *rlqsConfig, targets []string, d time.Durati
 		defer cc.Close()
 		conns[i] = cc
 	}
-	runCtx, cancel := context.WithTimeout(ctx, d)
+	// Not a deadline: gRPC would send it to the servers, which could end a
+	// stream before the run's context says it is over.
+	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	stop := time.AfterFunc(d, cancel)
+	defer stop.Stop()
 	sims := make([]*envoySim, len(c.demands))
 	errs := make([]error, len(sims))
 	start := time.Now()
