@@ -241,7 +241,15 @@ func (t *Table) assignLocked(now time.Time, b *bucket, id string, in *instance) 
 		// not worth it.
 		want = cur
 	}
-	a := quantize(want, t.cfg.TTL)
+	ttl := t.cfg.TTL
+	if math.IsInf(in.demand, 1) {
+		// No demand known yet (a first report): a share for one interval
+		// only, so that an instance that wants less does not hold the
+		// others back for a whole TTL. Envoy reports a new bucket at once
+		// and then with all its buckets, within an interval.
+		ttl = min(ttl, wholeSeconds(t.cfg.Interval))
+	}
+	a := quantize(want, ttl)
 	if target-a.Rate() > hysteresis*target && !ends.IsZero() {
 		a.Retry = ends.Sub(now) // held back by an assignment that ends then
 	}
@@ -251,7 +259,7 @@ func (t *Table) assignLocked(now time.Time, b *bucket, id string, in *instance) 
 		// The previous assignment may still be in use until its TTL ends.
 		in.older = append(in.older, in.current)
 	}
-	in.current = lease{rate: rate, until: now.Add(t.cfg.TTL + Slack)}
+	in.current = lease{rate: rate, until: now.Add(ttl + Slack)}
 	return a
 }
 

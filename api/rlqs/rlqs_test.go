@@ -99,8 +99,8 @@ func TestStreamAssignsAndDefaults(t *testing.T) {
 	if n, ok := tokens(resp.GetBucketAction()[0]); !ok || n != 100 {
 		t.Errorf("tenant bucket, only instance: %v, want a token bucket of 100 per fill", resp.GetBucketAction()[0])
 	}
-	if ttl := resp.GetBucketAction()[0].GetQuotaAssignmentAction().GetAssignmentTimeToLive().AsDuration(); ttl != 2*time.Second {
-		t.Errorf("TTL = %v, want 2 s (two intervals)", ttl)
+	if ttl := resp.GetBucketAction()[0].GetQuotaAssignmentAction().GetAssignmentTimeToLive().AsDuration(); ttl != time.Second {
+		t.Errorf("first report's TTL = %v, want 1 s (one interval: no demand known yet)", ttl)
 	}
 	if r := resp.GetBucketAction()[1].GetQuotaAssignmentAction().GetRateLimitStrategy().GetBlanketRule(); r != typev3.RateLimitStrategy_ALLOW_ALL ||
 		resp.GetBucketAction()[1].GetQuotaAssignmentAction() == nil {
@@ -111,6 +111,9 @@ func TestStreamAssignsAndDefaults(t *testing.T) {
 	resp = exchange(t, st, "", usage(map[string]string{"tenant": "acme"}, time.Second, 30, 0))
 	if n, _ := tokens(resp.GetBucketAction()[0]); n != 30 {
 		t.Errorf("second report, 30/s wanted: %v, want 30 per fill", resp)
+	}
+	if ttl := resp.GetBucketAction()[0].GetQuotaAssignmentAction().GetAssignmentTimeToLive().AsDuration(); ttl != 2*time.Second {
+		t.Errorf("TTL = %v, want 2 s (two intervals)", ttl)
 	}
 	st.CloseSend()
 	if _, err := st.Recv(); err == nil {
