@@ -1,6 +1,7 @@
 package rlqs
 
 import (
+	"net"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -223,3 +224,55 @@ type fakeClock struct{ at atomic.Int64 }
 func (c *fakeClock) now() time.Time { return time.Unix(1_700_000_000, c.at.Load()) }
 
 func (c *fakeClock) advance(d time.Duration) { c.at.Add(int64(d)) }
+
+// switchRoute sends every matched bucket to the owner its addr holds.
+type switchRoute struct{ addr atomic.Pointer[string] }
+
+func (r *switchRoute) Owner(string) (string, bool) { return *r.addr.Load(), false }
+
+func TestUnreachableOwnerKeepsThenFallsBack(t *testing.T) {
+	var clock fakeClock
+	owner := New(Config{Rules: testStore(t), Node: "owner", Interval: time.Second, Now: clock.now})
+	pl := server.NewPeerListener(server.Config{})
+	owner.RegisterPeer(pl)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go pl.Serve(lis)
+	t.Cleanup(pl.Stop)
+	dead, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadAddr := dead.Addr().String()
+	dead.Close() // nothing listens there any more
+	var route switchRoute
+	ownerAddr := lis.Addr().String()
+	route.addr.Store(&ownerAddr)
+	front := New(Config{Rules: testStore(t), Node: "front", Interval: time.Second, Now: clock.now, Router: &route})
+	client, _, _ := serve(t, front)
+	t.Cleanup(front.owners.closeAll)
+	st, err := client.StreamRateLimitQuotas(transporttest.Ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tenant, other := map[string]string{"tenant": "acme"}, map[string]string{"path": "/"}
+	exchange(t, st, "edge", usage(tenant, 0, 1, 0), usage(other, 0, 1, 0))
+	resp := exchange(t, st, "edge", usage(tenant, time.Second, 40, 0), usage(other, time.Second, 1, 0))
+	if n, _ := tokens(resp.GetBucketAction()[0]); n != 40 {
+		t.Fatalf("owner reachable: %v, want 40 per fill", resp)
+	}
+	route.addr.Store(&deadAddr)
+	clock.advance(time.Second) // the assignment of 2 s still runs
+	resp = exchange(t, st, "edge", usage(tenant, time.Second, 40, 0), usage(other, time.Second, 1, 0))
+	if len(resp.GetBucketAction()) != 1 || resp.GetBucketAction()[0].GetBucketId().GetBucket()["path"] != "/" {
+		t.Errorf("owner unreachable, assignment running: %v, want only the other bucket's action (Envoy keeps its assignment)", resp)
+	}
+	clock.advance(2 * time.Second) // the assignment has ended
+	resp = exchange(t, st, "edge", usage(tenant, time.Second, 40, 0), usage(other, time.Second, 1, 0))
+	if len(resp.GetBucketAction()) != 2 || resp.GetBucketAction()[0].GetQuotaAssignmentAction().GetRateLimitStrategy().GetBlanketRule() != typev3.RateLimitStrategy_ALLOW_ALL ||
+		resp.GetBucketAction()[0].GetQuotaAssignmentAction().GetRateLimitStrategy() == nil {
+		t.Errorf("owner unreachable, assignment ended: %v, want the domain's default ALLOW_ALL for the tenant", resp)
+	}
+}
