@@ -113,6 +113,7 @@ type bucket struct {
 // instance is one reporting instance of a bucket.
 type instance struct {
 	demand  float64   // smoothed, requests per second; +Inf until a first sample
+	falling bool      // the last sample was lower than the demand before it
 	seen    time.Time // last report
 	current lease     // the last assignment handed out
 	// older are the superseded assignments that may still be in use (their
@@ -207,6 +208,7 @@ func (in *instance) observe(r Report) {
 		return // a first report: no interval to divide by
 	}
 	sample := float64(r.Allowed+r.Denied) / r.Elapsed.Seconds()
+	in.falling = sample < (1-hysteresis)*in.demand && !math.IsInf(in.demand, 1)
 	if sample <= in.demand || math.IsInf(in.demand, 1) {
 		in.demand = sample
 		return
@@ -241,12 +243,19 @@ func (t *Table) assignLocked(now time.Time, b *bucket, id string, in *instance) 
 		// not worth it.
 		want = cur
 	}
+	if cur := in.current.live(now); cur > 0 && cur < want && want < (1-hysteresis)*target && !ends.IsZero() {
+		// Held back by assignments that end soon: grow once, to the whole
+		// share, when they have (the retry), not by a step at each end:
+		// every new token bucket starts full.
+		want = cur
+	}
 	ttl := t.cfg.TTL
-	if math.IsInf(in.demand, 1) {
-		// No demand known yet (a first report): a share for one interval
-		// only, so that an instance that wants less does not hold the
-		// others back for a whole TTL. Envoy reports a new bucket at once
-		// and then with all its buckets, within an interval.
+	if math.IsInf(in.demand, 1) || in.falling {
+		// No demand known yet (a first report), or a demand that fell: a
+		// share for one interval only, as the next report will likely
+		// shrink it and its end is what the others wait for. Envoy reports
+		// a new bucket at once and then with all its buckets, every
+		// interval.
 		ttl = min(ttl, wholeSeconds(t.cfg.Interval))
 	}
 	a := quantize(want, ttl)
