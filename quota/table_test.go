@@ -3,6 +3,7 @@ package quota
 import (
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"testing"
 	"time"
 )
@@ -150,6 +151,33 @@ func TestQuantize(t *testing.T) {
 		}
 		if a.Rate() > tc.rate {
 			t.Errorf("quantize(%v) rate %v exceeds it", tc.rate, a.Rate())
+		}
+	}
+}
+
+// TestTableNeverOverLimit reports random demands from random instances at
+// random times: the assignments that may be in use never sum over the
+// limit, whatever the order.
+func TestTableNeverOverLimit(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for run := range 20 {
+		tab := New(Config{Interval: time.Second})
+		limit := float64(1 + rng.IntN(1000))
+		now := t0
+		for step := range 500 {
+			now = now.Add(time.Duration(rng.IntN(400)) * time.Millisecond)
+			id := fmt.Sprint("i", rng.IntN(8))
+			r := Report{Key: "k", Group: "g", Limit: limit, Instance: id,
+				Allowed: uint64(rng.IntN(2000)), Denied: uint64(rng.IntN(2000)), Elapsed: time.Duration(rng.IntN(3)) * time.Second}
+			if _, err := tab.Report(now, r); err != nil {
+				t.Fatal(err)
+			}
+			if st := tab.Stats(now)["g"]; st.Assigned > limit+1e-9 {
+				t.Fatalf("run %d step %d: outstanding %v > limit %v", run, step, st.Assigned, limit)
+			}
+			if rng.IntN(50) == 0 {
+				tab.Sweep(now)
+			}
 		}
 	}
 }
