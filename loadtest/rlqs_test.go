@@ -71,3 +71,30 @@ func checkWindow(t *testing.T, name string, w window, want []float64) {
 		}
 	}
 }
+
+func TestRLQSFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string // "" = valid
+	}{
+		{[]string{"--api", "rlqs", "--targets", "a:1"}, ""},
+		{[]string{"--api", "rlqs", "--targets", "a:1", "--rlqs-demand", "10,x"}, "--rlqs-demand"},
+		{[]string{"--api", "rlqs", "--targets", "a:1", "--rlqs-shift", "5s:1,2"}, "2 demands for 6 instances"},
+		{[]string{"--api", "rlqs", "--targets", "a:1", "--rlqs-interval", "1500ms"}, "whole seconds"},
+		{[]string{"--api", "rlqs", "--targets", "a:1", "--mode", "accuracy"}, "no --mode"},
+	} {
+		_, err := parseFlags(tc.args, &bytes.Buffer{})
+		if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
+			t.Errorf("parseFlags(%q) = %v, want %q", tc.args, err, tc.want)
+		}
+	}
+}
+
+func TestMaxMinShares(t *testing.T) {
+	got := maxMinShares(600, []float64{10, 1000, 10, 1000, 1000, 1000})
+	for i, want := range []float64{10, 145, 10, 145, 145, 145} {
+		if math.Abs(got[i]-want) > 1e-9 {
+			t.Fatalf("maxMinShares(600, skew) = %v, want 10 for the small, 145 for the large", got)
+		}
+	}
+}
