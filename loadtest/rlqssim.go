@@ -166,7 +166,10 @@ func (e *envoySim) play(ctx context.Context, st rlqspb.RateLimitQuotaService_Str
 			return err
 		case now := <-tick.C:
 			e.mu.Lock()
-			e.demand = demandAt(now.Sub(start))
+			e.demand = 0 // an instance's traffic starts with its first report, as Envoy reports a bucket's first request at once
+			if now.Sub(start) >= phase {
+				e.demand = demandAt(now.Sub(start))
+			}
 			e.mu.Unlock()
 			e.tick(now, now.Sub(last), int(now.Sub(start)/time.Second))
 			last = now
