@@ -26,7 +26,6 @@ package rlqs
 
 import (
 	"context"
-	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -99,8 +98,6 @@ type Config struct {
 	PeerTimeout time.Duration
 	// Registerer registers the metrics; nil registers none.
 	Registerer prometheus.Registerer
-	// Log receives the failures to reach an owner; nil discards them.
-	Log *slog.Logger
 	// Now is the clock; nil means time.Now. Tests set it.
 	Now func() time.Time
 }
@@ -141,9 +138,6 @@ func New(cfg Config) *Service {
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
-	}
-	if cfg.Log == nil {
-		cfg.Log = slog.New(slog.DiscardHandler)
 	}
 	s := &Service{
 		cfg:     cfg,

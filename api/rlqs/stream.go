@@ -272,9 +272,7 @@ func (s *Service) forward(ctx context.Context, ss *stream, now time.Time, addr s
 		}
 		return
 	}
-	s.m.reports.WithLabelValues("owner_unreachable").Add(float64(len(ps)))
-	s.cfg.Log.Warn("rlqs: the owner of quota buckets could not be reached; their last assignments stand until their TTL",
-		"owner", addr, "buckets", len(ps), "err", err)
+	s.m.reports.WithLabelValues("owner_unreachable").Add(float64(len(ps))) // counted, not logged: once per report and stream
 	for _, p := range ps {
 		if now.Before(p.bucket.until) {
 			p.action = &rlqspb.RateLimitQuotaResponse_BucketAction{} // nothing to send

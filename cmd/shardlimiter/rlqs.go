@@ -25,6 +25,5 @@ func (s *server) newRLQS(reg prometheus.Registerer) *rlqs.Service {
 		DialOptions: opts,
 		PeerTimeout: s.cfg.peerTimeout,
 		Registerer:  reg,
-		Log:         s.log,
 	})
 }
