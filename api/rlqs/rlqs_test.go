@@ -276,3 +276,20 @@ func TestUnreachableOwnerKeepsThenFallsBack(t *testing.T) {
 		t.Errorf("owner unreachable, assignment ended: %v, want the domain's default ALLOW_ALL for the tenant", resp)
 	}
 }
+
+func TestReportsPerSecondBounded(t *testing.T) {
+	var clock fakeClock
+	svc := New(Config{Rules: testStore(t), Node: "a", MaxReportsPerSecond: 1, Now: clock.now})
+	client, _, _ := serve(t, svc)
+	st, err := client.StreamRateLimitQuotas(transporttest.Ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tenant := map[string]string{"tenant": "a"}
+	exchange(t, st, "edge", usage(tenant, 0, 1, 0)) // a burst of two passes
+	exchange(t, st, "edge", usage(tenant, 0, 1, 0))
+	st.Send(&rlqspb.RateLimitQuotaUsageReports{Domain: "edge", BucketQuotaUsages: []*rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage{usage(tenant, 0, 1, 0)}})
+	if _, err := st.Recv(); status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "reports per second") {
+		t.Errorf("third report at the same instant, 1 per second allowed: %v, want ResourceExhausted", err)
+	}
+}
