@@ -63,3 +63,14 @@ func (n *Node) Owner(key string) (addr string, self bool) {
 	m := snap.Owner(key)
 	return peerAddr(m), m.Name == n.cfg.Name
 }
+
+// Backup returns the peer address of the node that would own key if this
+// node left: where api/rlqs replicates its quota buckets. ok is false when
+// this node is alone. Lock-free.
+func (n *Node) Backup(key string) (addr string, ok bool) {
+	b := n.view.Load().backup
+	if b == nil {
+		return "", false
+	}
+	return peerAddr(b.Owner(key)), true
+}

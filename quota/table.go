@@ -108,6 +108,7 @@ type bucket struct {
 	group     string
 	limit     float64
 	instances map[string]*instance
+	replica   bool // imported from its owner (replica.go), not reported on here since
 }
 
 // instance is one reporting instance of a bucket.
@@ -187,7 +188,7 @@ func (t *Table) Report(now time.Time, r Report) (Assignment, error) {
 		b = &bucket{instances: map[string]*instance{}}
 		t.buckets[r.Key] = b
 	}
-	b.group, b.limit = r.Group, max(r.Limit, 0)
+	b.group, b.limit, b.replica = r.Group, max(r.Limit, 0), false
 	in := b.instances[r.Instance]
 	if in == nil {
 		if len(b.instances) >= t.cfg.MaxInstances {
