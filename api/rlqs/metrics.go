@@ -17,6 +17,8 @@ type metrics struct {
 	full            prometheus.Counter
 	abandoned       prometheus.Counter
 	abandonedStream prometheus.Counter
+	replicated      prometheus.Counter
+	replicaErrors   prometheus.Counter
 	streams         prometheus.GaugeFunc
 	instances       *prometheus.Desc
 	buckets         *prometheus.Desc
@@ -44,10 +46,14 @@ func newMetrics(s *Service, reg prometheus.Registerer) *metrics {
 		assigned:  prometheus.NewDesc(ns+"_"+sub+"_assigned_rate", "Sum of the assignments still within their TTL on the buckets this node owns, requests per second.", perRule, nil),
 		demand:    prometheus.NewDesc(ns+"_"+sub+"_demand_rate", "Sum of the smoothed demand (allowed + denied per second) reported on the buckets this node owns, requests per second.", perRule, nil),
 	}
+	m.replicated = prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "replicated_buckets_total",
+		Help: "Buckets this node owns whose state it sent to their backup (the node that would own them next), every interval."})
+	m.replicaErrors = prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "replication_errors_total",
+		Help: "Calls sending bucket states to a backup that failed; the next interval sends them again."})
 	m.streams = prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "streams",
 		Help: "RLQS streams open on this node."}, func() float64 { return float64(s.streams.Load()) })
 	if reg != nil {
-		reg.MustRegister(m.refused, m.reports, m.full, m.abandoned, m.abandonedStream, m.streams, m)
+		reg.MustRegister(m.refused, m.reports, m.full, m.abandoned, m.abandonedStream, m.replicated, m.replicaErrors, m.streams, m)
 	}
 	return m
 }

@@ -42,7 +42,7 @@ const (
 var quotaServiceDesc = grpc.ServiceDesc{
 	ServiceName: QuotaService,
 	HandlerType: (*any)(nil),
-	Methods:     []grpc.MethodDesc{{MethodName: "Report", Handler: reportHandler}},
+	Methods:     []grpc.MethodDesc{{MethodName: "Report", Handler: reportHandler}, {MethodName: "Replicate", Handler: replicateHandler}},
 	Metadata:    "api/rlqs/owner.go",
 }
 

@@ -48,6 +48,8 @@ type routeTo struct {
 
 func (r routeTo) Owner(string) (string, bool) { return r.addr, r.self }
 
+func (r routeTo) Backup(string) (string, bool) { return "", false }
+
 // serve runs svc's client and peer listeners over bufconn and returns a
 // client of its RLQS service and the peer listener's target and dialer.
 func serve(t *testing.T, svc *Service) (rlqspb.RateLimitQuotaServiceClient, string, grpc.DialOption) {
@@ -230,6 +232,8 @@ type switchRoute struct{ addr atomic.Pointer[string] }
 
 func (r *switchRoute) Owner(string) (string, bool) { return *r.addr.Load(), false }
 
+func (r *switchRoute) Backup(string) (string, bool) { return "", false }
+
 func TestUnreachableOwnerKeepsThenFallsBack(t *testing.T) {
 	var clock fakeClock
 	owner := New(Config{Rules: testStore(t), Node: "owner", Interval: time.Second, Now: clock.now})
@@ -291,5 +295,52 @@ func TestReportsPerSecondBounded(t *testing.T) {
 	st.Send(&rlqspb.RateLimitQuotaUsageReports{Domain: "edge", BucketQuotaUsages: []*rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage{usage(tenant, 0, 1, 0)}})
 	if _, err := st.Recv(); status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "reports per second") {
 		t.Errorf("third report at the same instant, 1 per second allowed: %v, want ResourceExhausted", err)
+	}
+}
+
+// backupRoute owns every bucket here and replicates to backup.
+type backupRoute struct{ backup string }
+
+func (r backupRoute) Owner(string) (string, bool) { return "", true }
+
+func (r backupRoute) Backup(string) (string, bool) { return r.backup, r.backup != "" }
+
+func TestNewOwnerCountsReplicatedAssignments(t *testing.T) {
+	var clock fakeClock
+	next := New(Config{Rules: testStore(t), Node: "next", Interval: time.Second, Now: clock.now, Router: backupRoute{}})
+	nextClient, ptarget, pdialer := serve(t, next)
+	old := New(Config{Rules: testStore(t), Node: "old", Interval: time.Second, Now: clock.now,
+		Router: backupRoute{backup: ptarget}, DialOptions: []grpc.DialOption{pdialer}})
+	oldClient, _, _ := serve(t, old)
+	t.Cleanup(old.owners.closeAll)
+	ctx := transporttest.Ctx(t)
+	tenant := map[string]string{"tenant": "acme"}
+	st, err := oldClient.StreamRateLimitQuotas(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exchange(t, st, "edge", usage(tenant, 0, 1, 0))
+	resp := exchange(t, st, "edge", usage(tenant, time.Second, 500, 0))
+	if n, _ := tokens(resp.GetBucketAction()[0]); n != 100 {
+		t.Fatalf("the only instance on the old owner: %v, want 100 per fill", resp)
+	}
+	old.replicate(ctx, clock.now())
+	if got := next.table.Stats(clock.now())[group("edge", "per_tenant")]; got.Assigned != 100 || got.Instances != 1 {
+		t.Fatalf("the backup's replica: %+v, want the 100/s assigned on the old owner", got)
+	}
+	// The old owner is gone; an instance reports to the new one while the
+	// old assignment runs: nothing is free.
+	st2, err := nextClient.StreamRateLimitQuotas(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp = exchange(t, st2, "edge", usage(tenant, time.Second, 500, 0))
+	if n, _ := tokens(resp.GetBucketAction()[0]); n != 0 {
+		t.Errorf("a new instance on the new owner while the old assignment runs: %v, want no tokens", resp)
+	}
+	clock.advance(3 * time.Second) // the old assignment has ended
+	resp = exchange(t, st2, "edge", usage(tenant, time.Second, 500, 0))
+	if n, _ := tokens(resp.GetBucketAction()[0]); n == 0 {
+		t.Errorf("after the old assignment's TTL: %v, want a share", resp)
 	}
 }

@@ -54,6 +54,10 @@ type Router interface {
 	// Owner returns the peer address of the owner of key and whether the
 	// owner is this node. It must not block.
 	Owner(key string) (addr string, self bool)
+	// Backup returns the peer address of the node that would own key if
+	// this node left (where its buckets are replicated); ok is false when
+	// there is none. It must not block.
+	Backup(key string) (addr string, ok bool)
 }
 
 // Config configures a Service.
@@ -167,8 +171,9 @@ func (s *Service) RegisterPeer(l *server.Listener) {
 }
 
 // Run sweeps the owner's table every Interval (abandoned buckets, silent
-// instances) and closes idle connections to other nodes, until ctx is
-// done; then it closes every connection and returns nil.
+// instances), replicates it (replicate.go) and closes idle connections to
+// other nodes, until ctx is done; then it closes every connection and
+// returns nil.
 func (s *Service) Run(ctx context.Context) error {
 	t := time.NewTicker(s.cfg.Interval)
 	defer t.Stop()
@@ -179,6 +184,7 @@ func (s *Service) Run(ctx context.Context) error {
 			return nil
 		case now := <-t.C:
 			s.m.abandoned.Add(float64(s.table.Sweep(now)))
+			s.replicate(ctx, now)
 			s.owners.closeIdle(now.Add(-10 * time.Minute))
 		}
 	}
