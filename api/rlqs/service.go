@@ -17,7 +17,10 @@
 //
 // When the owner cannot be reached, the stream's node sends nothing for
 // the bucket: Envoy keeps its last assignment until its TTL, and once that
-// has ended the node assigns the domain's default.
+// has ended the node assigns the domain's default. Every interval, an
+// owner sends its buckets' state to the node that would own them if it
+// left (replicate.go), so that a new owner after a crash counts the
+// assignments still in use.
 //
 // Concurrency: a Service is safe for concurrent use; each stream is
 // served by its own goroutine (gRPC's), the owner's table has one mutex.
