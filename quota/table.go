@@ -339,13 +339,17 @@ type GroupStats struct {
 	Demand    float64 // smoothed demand of the instances, requests per second
 }
 
-// Stats returns, at now, the sums of the table's buckets per group.
+// Stats returns, at now, the sums of the table's buckets per group (not
+// the replicas it holds).
 func (t *Table) Stats(now time.Time) map[string]GroupStats {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	out := map[string]GroupStats{}
 	active := now.Add(-t.cfg.TTL)
 	for _, b := range t.buckets {
+		if b.replica {
+			continue // another node's: counted there
+		}
 		g := out[b.group]
 		g.Buckets++
 		for _, in := range b.instances {
