@@ -238,6 +238,11 @@ func (t *Table) assignLocked(now time.Time, b *bucket, id string, in *instance) 
 	free := b.limit - others
 	target := FairShares(b.limit, demands)[mine]
 	want := min(target, free)
+	if math.IsInf(in.demand, 1) {
+		// No demand known (a first report): half of what is free, so that
+		// the instances that arrive in the same interval find some left.
+		want = min(target, free/2)
+	}
 	if cur := in.current.live(now); cur > 0 && cur <= free && math.Abs(want-cur) <= hysteresis*cur {
 		// Keep the assignment: Envoy refills the token bucket of every
 		// new strategy, so a change is a burst; one of a few percent is

@@ -100,8 +100,8 @@ func TestStreamAssignsAndDefaults(t *testing.T) {
 	if len(resp.GetBucketAction()) != 2 {
 		t.Fatalf("answer = %v, want two actions", resp)
 	}
-	if n, ok := tokens(resp.GetBucketAction()[0]); !ok || n != 100 {
-		t.Errorf("tenant bucket, only instance: %v, want a token bucket of 100 per fill", resp.GetBucketAction()[0])
+	if n, ok := tokens(resp.GetBucketAction()[0]); !ok || n != 50 {
+		t.Errorf("tenant bucket, first report: %v, want a token bucket of 50 per fill (half of what is free: no demand known)", resp.GetBucketAction()[0])
 	}
 	if ttl := resp.GetBucketAction()[0].GetQuotaAssignmentAction().GetAssignmentTimeToLive().AsDuration(); ttl != time.Second {
 		t.Errorf("first report's TTL = %v, want 1 s (one interval: no demand known yet)", ttl)

@@ -23,8 +23,8 @@ const rlqsService = "envoy.service.rate_limit_quota.v3.RateLimitQuotaService"
 
 // TestRLQSRealBinary drives Envoy's quota service of the binary, with the
 // example rules, through go-control-plane's client: the service is listed
-// by reflection and serving, a tenant's bucket gets a token bucket of the
-// rule's 100/s, another bucket the default ALLOW_ALL, and a stream without
+// by reflection and serving, a tenant's bucket gets a token bucket of half
+// the rule's 100/s (a first report), another bucket the default ALLOW_ALL, and a stream without
 // a domain or with an empty bucket_id ends with InvalidArgument.
 func TestRLQSRealBinary(t *testing.T) {
 	if testing.Short() {
@@ -63,9 +63,9 @@ func TestRLQSRealBinary(t *testing.T) {
 		t.Fatal(err)
 	}
 	acts := resp.GetBucketAction()
-	if len(acts) != 2 || acts[0].GetQuotaAssignmentAction().GetRateLimitStrategy().GetTokenBucket().GetTokensPerFill().GetValue() != 100 ||
+	if len(acts) != 2 || acts[0].GetQuotaAssignmentAction().GetRateLimitStrategy().GetTokenBucket().GetTokensPerFill().GetValue() != 50 ||
 		acts[1].GetQuotaAssignmentAction().GetRateLimitStrategy() == nil || acts[1].GetQuotaAssignmentAction().GetRateLimitStrategy().GetTokenBucket() != nil {
-		t.Errorf("answer %v, want a token bucket of 100 per second for tenant acme and ALLOW_ALL for the other bucket", resp)
+		t.Errorf("answer %v, want a token bucket of 50 per second for tenant acme (half of its 100/s: a first report) and ALLOW_ALL for the other bucket", resp)
 	}
 	for _, tc := range []struct {
 		name string
