@@ -74,6 +74,8 @@ type config struct {
 	idleLoad   time.Duration // --mode idle: load before the window; 0 = none
 	idleSettle time.Duration // --mode idle: wait before the window
 
+	rlqs rlqsConfig // --api rlqs
+
 	json, quiet bool
 	cpuProfile  string // write the tool's own CPU profile here
 }
@@ -92,7 +94,7 @@ func newFlagSet(out io.Writer, c *config, r *rawFlags) *flag.FlagSet {
 	fs := flag.NewFlagSet("loadtest", flag.ContinueOnError)
 	fs.SetOutput(out)
 	fs.StringVar(&r.targets, "targets", "", "comma-separated gRPC addresses (host:port); each worker round-robins over them")
-	fs.StringVar(&c.api, "api", apiNative, "what calls are: native (GetRateLimits, a batch of --batch checks) or rls (Envoy's ShouldRateLimit through go-control-plane's client: one descriptor per check, the rule as a limit override, so a FIXED_WINDOW of whole seconds whatever --algorithm says; needs no rules file), or gubernator (pb.gubernator.V1/GetRateLimits, a batch of --batch requests, TOKEN_BUCKET or LEAKY_BUCKET: what a node serves for gubernator's clients, and what gubernator itself serves)")
+	fs.StringVar(&c.api, "api", apiNative, "what calls are: native (GetRateLimits, a batch of --batch checks) or rls (Envoy's ShouldRateLimit through go-control-plane's client: one descriptor per check, the rule as a limit override, so a FIXED_WINDOW of whole seconds whatever --algorithm says; needs no rules file), or gubernator (pb.gubernator.V1/GetRateLimits, a batch of --batch requests, TOKEN_BUCKET or LEAKY_BUCKET: what a node serves for gubernator's clients, and what gubernator itself serves), or rlqs (Envoy instances on Envoy's quota service, each enforcing its assignment: the --rlqs-* flags)")
 	fs.StringVar(&c.client, "client", clientPlain, "how calls are sent: plain (--conns connections per target, each call to the worker's next target) or direct (the owner-aware client of package client: each check to its key's owner, concurrent calls merged per node)")
 	fs.BoolVar(&c.entryOne, "entry-one", false, "send everything to the first target (the others are reached by forwarding)")
 	fs.IntVar(&c.local, "local", 0, "build ./cmd/shardlimiter and start a local `N`-node cluster for the run, node i on 127.0.0.(10+i) (127.0.0.1 where only that binds)")
@@ -131,6 +133,7 @@ func newFlagSet(out io.Writer, c *config, r *rawFlags) *flag.FlagSet {
 	fs.Uint64Var(&c.seed, "seed", 0, "random seed of the key streams and run id (0 = from the clock)")
 	fs.BoolVar(&c.json, "json", false, "write one JSON object to stdout instead of the summary")
 	fs.BoolVar(&c.quiet, "quiet", false, "no progress lines on stderr")
+	defineRLQSFlags(fs, &c.rlqs)
 	fs.StringVar(&c.cpuProfile, "cpuprofile", "", "write the tool's own CPU profile to this `file` (is the client the bottleneck?)")
 	return fs
 }
@@ -215,8 +218,10 @@ func (c *config) validate(set map[string]bool) error {
 		bad("--idle-load and --idle-settle: want >= 0")
 	case c.client != clientPlain && c.client != clientDirect:
 		bad("--client: want plain or direct, got %q", c.client)
-	case c.api != apiNative && c.api != apiRLS && c.api != apiGubernator:
-		bad("--api: want native, rls or gubernator, got %q", c.api)
+	case c.api != apiNative && c.api != apiRLS && c.api != apiGubernator && c.api != apiRLQS:
+		bad("--api: want native, rls, gubernator or rlqs, got %q", c.api)
+	case c.api == apiRLQS && (c.mode != modeThroughput || c.calibrate || c.churn != nil):
+		bad("--api rlqs plays Envoy instances against the quota service: no --mode, --calibrate or --churn")
 	case c.api != apiNative && c.client == clientDirect:
 		bad("--api %s: --client direct sends native calls; use plain", c.api)
 	case c.api == apiGubernator && c.mode == modeAccuracy:
@@ -250,6 +255,9 @@ func (c *config) validate(set map[string]bool) error {
 		}
 	}
 	c.validateChurn(bad)
+	if c.api == apiRLQS {
+		c.rlqs.validate(bad)
+	}
 	return errors.Join(errs...)
 }
 

@@ -75,6 +75,14 @@
 //
 //	go run ./loadtest --mode idle --local 3 --idle-load 5s --server-bin /path/to/shardlimiter
 //
+// --api rlqs plays Envoy instances against Envoy's quota service, each
+// enforcing its assignment as Envoy's filter does and reporting every
+// --rlqs-interval, and reports admitted ÷ limit, Jain's fairness index,
+// convergence after --rlqs-shift and the capacity used (rlqsapi.go,
+// docs/RLQS.md):
+//
+//	go run ./loadtest --api rlqs --local 3 --rlqs-interval 1s --rlqs-shift 8s:1000,1000,10,10,1000,1000 --duration 16s
+//
 // Exit codes: 0 done, 1 a target or the local cluster failed, 2 bad flags.
 package main
 
@@ -127,6 +135,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if cfg.mode == modeIdle {
 		defer stopProfile()
 		return executeIdle(ctx, cfg, stdout, stderr)
+	}
+	if cfg.api == apiRLQS {
+		defer stopProfile()
+		return executeRLQS(ctx, cfg, stdout, stderr)
 	}
 	rep, err := execute(ctx, cfg, stderr)
 	stopProfile()

@@ -51,3 +51,26 @@ func (n *Node) member(name string) ring.Member {
 	}
 	return ring.Member{Name: name}
 }
+
+// Owner returns the peer address of the owner of key by the node's current
+// ring, and whether that owner is this node (api/rlqs routes its quota
+// buckets by it). Lock-free; safe from any goroutine.
+func (n *Node) Owner(key string) (addr string, self bool) {
+	snap := n.view.Load().snap
+	if snap.Len() == 0 {
+		return "", true
+	}
+	m := snap.Owner(key)
+	return peerAddr(m), m.Name == n.cfg.Name
+}
+
+// Backup returns the peer address of the node that would own key if this
+// node left: where api/rlqs replicates its quota buckets. ok is false when
+// this node is alone. Lock-free.
+func (n *Node) Backup(key string) (addr string, ok bool) {
+	b := n.view.Load().backup
+	if b == nil {
+		return "", false
+	}
+	return peerAddr(b.Owner(key)), true
+}

@@ -14,6 +14,8 @@ type domain struct {
 	file string // where it was read, for messages and GET /v1/config
 	line int
 	top  level
+	// quota is the domain's rlqs section (quota.go); nil when it has none.
+	quota *quotaSection
 }
 
 // level is one list of descriptors: the children of a domain or of a
@@ -79,7 +81,7 @@ func wildcardMatch(parts []string, value string) bool {
 }
 
 var (
-	fileFields       = []string{"domain", "descriptors"}
+	fileFields       = []string{"domain", "descriptors", "rlqs"}
 	descriptorFields = []string{
 		"key", "value", "rate_limit", "rate_limits", "descriptors", "shadow_mode", "quota_mode",
 		"share_threshold", "detailed_metric", "value_to_metric", "metadata",
@@ -103,7 +105,11 @@ func (p *parser) domain(n *yaml.Node) (*domain, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &domain{name: name, file: p.file, line: resolve(n).Line, top: top}, nil
+	q, err := p.quota(f["rlqs"].val, name)
+	if err != nil {
+		return nil, err
+	}
+	return &domain{name: name, file: p.file, line: resolve(n).Line, top: top, quota: q}, nil
 }
 
 // level reads a list of descriptors; path names the parent (for the

@@ -20,6 +20,20 @@ type (
 		Domain      string           `json:"domain"`
 		File        string           `json:"file,omitempty"`
 		Descriptors []jsonDescriptor `json:"descriptors"`
+		RLQS        *jsonQuota       `json:"rlqs,omitempty"`
+	}
+	jsonQuota struct {
+		Default string            `json:"default"`
+		Buckets []jsonQuotaBucket `json:"buckets"`
+	}
+	jsonQuotaBucket struct {
+		Name      string           `json:"name"`
+		Entries   []jsonQuotaEntry `json:"entries"`
+		RateLimit jsonLimit        `json:"rate_limit"`
+	}
+	jsonQuotaEntry struct {
+		Key   string `json:"key"`
+		Value string `json:"value,omitempty"`
 	}
 	jsonDescriptor struct {
 		Key            string           `json:"key"`
@@ -66,7 +80,7 @@ func (s *Set) computeVersion() string {
 func (s *Set) jsonDomains(withFiles bool) []jsonDomain {
 	out := make([]jsonDomain, 0, len(s.loaded))
 	for _, d := range s.loaded {
-		jd := jsonDomain{Domain: d.name, Descriptors: jsonLevel(&d.top)}
+		jd := jsonDomain{Domain: d.name, Descriptors: jsonLevel(&d.top), RLQS: jsonQuotaSection(d.quota)}
 		if withFiles {
 			jd.File = d.file
 		}
@@ -102,15 +116,34 @@ func jsonLevel(lv *level) []jsonDescriptor {
 		if r := n.rule; r != nil {
 			jd.Unlimited, jd.ShadowMode, jd.QuotaMode, jd.Replaces = r.unlimited, r.shadow, r.quota, r.replaces
 			for _, l := range r.limits {
-				jl := jsonLimit{Name: l.Name, Unit: l.Unit, RequestsPerUnit: l.Rule.Limit, Algorithm: l.Rule.Algorithm.String(),
-					Burst: l.Rule.Burst, PeriodMs: l.Rule.Period.Milliseconds()}
-				if l.Rule.Calendar != 0 {
-					jl.Calendar = l.Rule.Calendar.String()
-				}
-				jd.RateLimits = append(jd.RateLimits, jl)
+				jd.RateLimits = append(jd.RateLimits, jsonLimitOf(l))
 			}
 		}
 		out = append(out, jd)
 	}
 	return out
+}
+
+func jsonQuotaSection(q *quotaSection) *jsonQuota {
+	if q == nil {
+		return nil
+	}
+	out := &jsonQuota{Default: q.dflt.String(), Buckets: []jsonQuotaBucket{}}
+	for _, r := range q.rules {
+		b := jsonQuotaBucket{Name: r.name, RateLimit: jsonLimitOf(r.limit)}
+		for _, e := range r.entries {
+			b.Entries = append(b.Entries, jsonQuotaEntry{Key: e.key, Value: e.value})
+		}
+		out.Buckets = append(out.Buckets, b)
+	}
+	return out
+}
+
+func jsonLimitOf(l Limit) jsonLimit {
+	jl := jsonLimit{Name: l.Name, Unit: l.Unit, RequestsPerUnit: l.Rule.Limit, Algorithm: l.Rule.Algorithm.String(),
+		Burst: l.Rule.Burst, PeriodMs: l.Rule.Period.Milliseconds()}
+	if l.Rule.Calendar != 0 {
+		jl.Calendar = l.Rule.Calendar.String()
+	}
+	return jl
 }

@@ -30,6 +30,9 @@ type rlsConfig struct {
 	stopIncrement bool
 	metadata      bool
 	maxDetailed   int // --metrics-max-detailed (validated with the metrics flags)
+	// Envoy's quota service (rlqs.go).
+	rlqsInterval   time.Duration
+	rlqsMaxStreams int
 }
 
 // parseRLS validates the rules flags.

@@ -24,6 +24,7 @@ import (
 	"github.com/shardlimiter/shardlimiter/api/native"
 	"github.com/shardlimiter/shardlimiter/api/peers"
 	"github.com/shardlimiter/shardlimiter/api/resp"
+	"github.com/shardlimiter/shardlimiter/api/rlqs"
 	"github.com/shardlimiter/shardlimiter/gossip"
 	"github.com/shardlimiter/shardlimiter/peer"
 	"github.com/shardlimiter/shardlimiter/statuspage"
@@ -49,6 +50,7 @@ type server struct {
 	gossip    *gossip.Membership
 	node      *peer.Node
 	rls       *rlsServer        // rules and Envoy's rate-limit service (rls.go)
+	rlqs      *rlqs.Service     // Envoy's quota service (rlqs.go)
 	grpc      *tserver.Listener // client API
 	peers     *tserver.Listener // peer RPCs
 	http      *http.Server
@@ -239,11 +241,14 @@ func (s *server) newListeners(b bounds, reg *prometheus.Registry) {
 	inspect.Register(s.grpc, inspector)
 	s.registerClientLeases(s.grpc, reg)
 	s.rls.svc.Register(s.grpc)
+	s.rlqs = s.newRLQS(reg)
+	s.rlqs.Register(s.grpc)
 	gub := gubapi.Register(s.grpc, s.gubernatorConfig())
 	s.peers = tserver.NewPeerListener(tserver.Config{
 		MaxBatch: cfg.maxBatch, Metrics: b.listeners, InFlight: b.peer, ServerOptions: s.peerGRPCOptions(),
 	})
 	peers.Register(s.peers, transport.CheckerFunc(s.node.CheckLocal), s.node)
+	s.rlqs.RegisterPeer(s.peers)
 
 	h := tserver.NewHTTP(tserver.HTTPConfig{
 		MaxBatch: cfg.maxBatch, Ready: s.node.Ready, Metrics: b.listeners, InFlight: b.client, BodyBytes: b.body,
@@ -370,6 +375,7 @@ func (s *server) serve(ctx context.Context, stdout io.Writer) error {
 	})
 	wg.Go(func() { s.sec.run(nodeCtx, s.cfg) })
 	wg.Go(func() { s.rls.run(nodeCtx) })
+	wg.Go(func() { _ = s.rlqs.Run(nodeCtx) })
 	s.startListeners(&wg, errc)
 	s.sec.warn()
 	healthCtx, stopHealth := context.WithCancel(context.Background())

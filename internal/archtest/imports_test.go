@@ -44,6 +44,7 @@ var allowed = map[string][]string{
 	"api/gubernator":       {"limit", "transport", "transport/server", "transport/wire", "api/gubernator/gubpb"},
 	"api/gubernator/gubpb": {},
 	"api/resp":             {"limit", "transport", "transport/server"},
+	"api/rlqs":             {"quota", "rules", "transport/server"},
 	"peer":                 {"limit", "table", "bucket", "window", "ring", "transport", "transport/dial", "snapshot", "gubernator", "cell", "internal/cowmap", "peer/rulemetrics", "peer/replicamove"},
 	"cmd/shardlimiter":     {"*"},
 	"loadtest":             {"limit", "transport", "transport/dial", "transport/server", "api/native", "api/gubernator/gubpb", "internal/wide", "client"},
@@ -86,6 +87,9 @@ var allowed = map[string][]string{
 	// The snapshot file of a node's key states (--state-dir): reads and
 	// writes files, starts nothing; peer decides when.
 	"snapshot": {"limit"},
+	// The owner's side of Envoy's quota service: fair shares as leases; a
+	// leaf like bucket and window.
+	"quota": {},
 	// Envoy's rate-limit service: proto types of go-control-plane stay in it.
 	"rls": {"limit", "rules", "transport", "transport/server", "internal/cowmap"},
 
@@ -115,6 +119,9 @@ var thirdParty = map[string][]string{
 	"api/gubernator":   {"google.golang.org/grpc", "google.golang.org/protobuf"},
 	// The Redis protocol: RESP through redcon, no gRPC.
 	"api/resp": {"github.com/tidwall/redcon"},
+	// Envoy's quota service: go-control-plane's types stay in it.
+	"api/rlqs": {"github.com/envoyproxy/go-control-plane/envoy", "google.golang.org/grpc", "google.golang.org/protobuf", "github.com/prometheus/client_golang"},
+	"quota":    {},
 
 	"transport/wire": {"google.golang.org/protobuf/encoding/protowire"},
 
@@ -132,7 +139,7 @@ var thirdParty = map[string][]string{
 
 // leaves never read the clock, log or start goroutines (docs/ARCHITECTURE.md):
 // time is the caller's now, and their callers own every goroutine.
-var leaves = map[string]bool{"limit": true, "table": true, "internal/wide": true, "internal/statebytes": true, "internal/cowmap": true, "bucket": true, "window": true, "gubernator": true, "cell": true, "ring": true, "rules": true}
+var leaves = map[string]bool{"limit": true, "table": true, "internal/wide": true, "internal/statebytes": true, "internal/cowmap": true, "bucket": true, "window": true, "gubernator": true, "cell": true, "ring": true, "rules": true, "quota": true}
 
 func TestImportDirection(t *testing.T) {
 	for _, f := range moduleSources(t) { // size_test.go
