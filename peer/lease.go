@@ -213,6 +213,15 @@ func (mv *mover) lease(ctx context.Context, r limit.LeaseRequest) (limit.LeaseGr
 		ho.deciding.RUnlock()
 		return limit.LeaseGrant{NotOwner: owner}, nil
 	}
+	if ho.kind(v.snap.PartitionOf(uk)) == partIncoming {
+		// The key's state is on its way here (a join, a leave): a grant
+		// debited from what this node holds now would be lost to the
+		// merge with it (the larger consumption wins). Nothing is granted
+		// or credited until it is here; the lessee forwards meanwhile,
+		// and forwarded checks wait for the state.
+		ho.deciding.RUnlock()
+		return limit.LeaseGrant{}, nil
+	}
 	now := mv.cfg.Now().UnixNano()
 	var g limit.LeaseGrant
 	if r.Release != 0 {

@@ -175,3 +175,31 @@ func TestLeaseReleaseCoversPooledGrants(t *testing.T) {
 		t.Fatalf("admitted past the capacity with c's lease out: %+v", d)
 	}
 }
+
+// A key whose state is on its way here (its partition incoming: a join
+// pulled it, a leave pushes it) is granted nothing: a debit taken from
+// the state held now would be lost to the merge with the state that
+// arrives, which keeps the larger consumption (over-admission, seen on
+// real processes when a lessee asked a joining node before its pull was
+// answered).
+func TestLeaseNotGrantedWhileTheStateIsOnItsWay(t *testing.T) {
+	mv, h, clk, key, _ := leaseOwner(t)
+	r := rule(limit.TokenBucket, 10, time.Hour)
+	p := h.v.snap.PartitionOf(uniqueKeyOf(key))
+	h.ho.mu.Lock()
+	h.ho.setLocked(p, partIncoming, partDetail{from: h.member("b"), done: make(chan struct{})})
+	h.ho.mu.Unlock()
+	g, err := mv.lease(context.Background(), limit.LeaseRequest{From: "b", Key: key, Rule: r, Want: 4})
+	if err != nil || g.Hits != 0 || g.Deny != 0 || g.NotOwner != "" {
+		t.Fatalf("grant for an incoming key: %+v, %v; want nothing", g, err)
+	}
+	if d := h.tbl[limit.TokenBucket].Take(key, clk.Now().UnixNano(), r, 0); d.Remaining != 10 {
+		t.Fatalf("the key was debited by a lease that granted nothing: %+v", d)
+	}
+	h.ho.mu.Lock()
+	h.ho.setLocked(p, partNormal, partDetail{})
+	h.ho.mu.Unlock()
+	if g, err := mv.lease(context.Background(), limit.LeaseRequest{From: "b", Key: key, Rule: r, Want: 4}); err != nil || g.Hits != 4 {
+		t.Fatalf("grant once the state is here: %+v, %v; want 4 hits", g, err)
+	}
+}
