@@ -319,3 +319,50 @@ func TestLeaseOnlyForItsRule(t *testing.T) {
 		t.Fatalf("check under another rule: %+v, want decided by the owner", res)
 	}
 }
+
+// The same for the windows: a grant takes its hits from the current
+// window and lives at most until the window ends; a leftover is credited
+// back into that window only. Callers on every node at the key's limit
+// admit exactly the window's limit, leases included. The window is a
+// day; a run that straddles a day's end (UTC) is skipped.
+func TestLeasesExactForWindowsOnMemNet(t *testing.T) {
+	for _, alg := range []limit.Algorithm{limit.FixedWindow, limit.SlidingWindow} {
+		t.Run(alg.String(), func(t *testing.T) {
+			const limit_ = 50_000
+			r := limit.Rule{Algorithm: alg, Limit: limit_, Period: 24 * time.Hour}
+			start := time.Now()
+			c := newMemCluster(t, 3, Config{Leases: true, LeaseThreshold: 1, ReplicationInterval: 100 * time.Millisecond, Peer: exactPeer})
+			before := c.degraded()
+			var load leaseLoad
+			stop := make(chan struct{})
+			owner := c.running()[0].node.view.Load().snap.Owner("k").Name
+			var ownerNode *testNode
+			for _, tn := range c.running() {
+				if tn.name == owner {
+					ownerNode = tn
+					continue
+				}
+				load.run(t, tn, r, "k", 2, stop)
+			}
+			poll.Until(t, 30*time.Second, func() bool { return c.leaseGrants() > 0 }, "a lease granted to a node forwarding the key")
+			load.run(t, ownerNode, r, "k", 2, stop)
+			poll.Until(t, 30*time.Second, func() bool { return load.sent.Load() >= 3*limit_/2 }, "the load runs past the limit")
+			close(stop)
+			load.wg.Wait()
+			got := load.admitted.Load()
+			if d, g := c.leaseDecisions(), c.leaseGrants(); d == 0 || g == 0 {
+				t.Fatalf("%.0f grants, %.0f checks decided from leases: the test proves nothing (sent %d)", g, d, load.sent.Load())
+			}
+			poll.Until(t, 10*time.Second, func() bool { return c.leasesHeld() == 0 }, "every lease ends")
+			rest := c.spend(c.running()[0], []string{"k"}, r, limit_)
+			if day := int64(24 * time.Hour); start.UnixNano()/day != time.Now().UnixNano()/day {
+				t.Skip("the run straddled the end of a window (a day, UTC)")
+			}
+			if got > limit_ {
+				t.Fatalf("admitted %d of a limit of %d: %d over", got, limit_, got-limit_)
+			}
+			c.assertExact("admitted, then the rest after the leases ended", int(got)+rest, limit_, before)
+			t.Logf("admitted %d under load (%.0f grants, %.0f checks decided from leases), %d after", got, c.leaseGrants(), c.leaseDecisions(), rest)
+		})
+	}
+}
