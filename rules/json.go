@@ -40,6 +40,7 @@ type (
 		Burst           int64  `json:"burst,omitempty"`
 		Calendar        string `json:"calendar,omitempty"`
 		PeriodMs        int64  `json:"period_ms"`
+		Lease           *bool  `json:"lease,omitempty"` // false when the rule opts out of leases
 	}
 )
 
@@ -106,6 +107,9 @@ func jsonLevel(lv *level) []jsonDescriptor {
 					Burst: l.Rule.Burst, PeriodMs: l.Rule.Period.Milliseconds()}
 				if l.Rule.Calendar != 0 {
 					jl.Calendar = l.Rule.Calendar.String()
+				}
+				if l.Rule.NoLease {
+					jl.Lease = new(bool)
 				}
 				jd.RateLimits = append(jd.RateLimits, jl)
 			}

@@ -21,7 +21,7 @@ import (
 // COUNT_REJECTED, OVERDRAFT or RESET (their decisions change the state
 // on refusals or unconditionally).
 func Leasable(r limit.Rule) bool {
-	if r.Warmup != 0 || r.Behavior != 0 {
+	if r.Warmup != 0 || r.Behavior != 0 || r.NoLease {
 		return false
 	}
 	switch r.Algorithm {

@@ -17,6 +17,7 @@ func TestLeasable(t *testing.T) {
 		{limit.Rule{Algorithm: limit.SlidingWindow}, true},
 		{limit.Rule{Algorithm: limit.TokenBucket, Warmup: time.Second}, false},
 		{limit.Rule{Algorithm: limit.FixedWindow, Behavior: limit.CountRejected}, false},
+		{limit.Rule{Algorithm: limit.TokenBucket, NoLease: true}, false},
 		{limit.Rule{Algorithm: limit.LeakyBucket}, false},
 		{limit.Rule{Algorithm: limit.SlidingLog}, false},
 		{limit.Rule{Algorithm: limit.GubernatorTokenBucket}, false},
