@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -191,6 +192,27 @@ func (b *leaseBook) heldHits(now int64) int64 {
 		}
 	}
 	return b.held
+}
+
+// grantsOf returns the outstanding grants of key at now, pooled per
+// lessee, sorted by lessee (Node.InspectLocal).
+func (b *leaseBook) grantsOf(key string, now int64) []limit.LeaseView {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []limit.LeaseView
+	for lessee, ids := range b.lessees[key] {
+		l := limit.LeaseView{Lessee: lessee}
+		for _, id := range ids {
+			if rec := b.recs[id]; rec.expires-int64(leaseGrace) > now {
+				l.Hits, l.Expires = l.Hits+rec.hits, max(l.Expires, rec.expires-int64(leaseGrace))
+			}
+		}
+		if l.Hits > 0 {
+			out = append(out, l)
+		}
+	}
+	slices.SortFunc(out, func(a, b limit.LeaseView) int { return strings.Compare(a.Lessee, b.Lessee) })
+	return out
 }
 
 // Lease serves State.Lease (api/peers.Leaser): a release of an earlier

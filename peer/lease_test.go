@@ -3,6 +3,7 @@ package peer
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -201,5 +202,36 @@ func TestLeaseNotGrantedWhileTheStateIsOnItsWay(t *testing.T) {
 	h.ho.mu.Unlock()
 	if g, err := mv.lease(context.Background(), limit.LeaseRequest{From: "b", Key: key, Rule: r, Want: 4}); err != nil || g.Hits != 4 {
 		t.Fatalf("grant once the state is here: %+v, %v; want 4 hits", g, err)
+	}
+}
+
+// The owner's inspection lists its outstanding grants of a key, pooled per
+// lessee, sorted, until they end; a release removes them.
+func TestLeaseGrantsInspected(t *testing.T) {
+	mv, _, clk, key, _ := leaseOwner(t)
+	r := rule(limit.TokenBucket, 100, time.Hour)
+	var ids []uint64
+	for _, from := range []string{"c", "b", "b"} {
+		g, err := mv.lease(context.Background(), limit.LeaseRequest{From: from, Key: key, Rule: r, Want: 5})
+		if err != nil || g.Hits != 5 {
+			t.Fatalf("grant to %s: %+v, %v", from, g, err)
+		}
+		ids = append(ids, g.ID)
+	}
+	now := clk.Now().UnixNano()
+	got := mv.leases.grantsOf(key, now)
+	end := now + int64(leaseTTL)
+	want := []limit.LeaseView{{Lessee: "b", Hits: 10, Expires: end}, {Lessee: "c", Hits: 5, Expires: end}}
+	if !slices.Equal(got, want) {
+		t.Fatalf("leases of the key: %+v, want %+v", got, want)
+	}
+	if _, err := mv.lease(context.Background(), limit.LeaseRequest{From: "c", Key: key, Rule: r, Release: ids[0], Leftover: 5}); err != nil {
+		t.Fatal(err)
+	}
+	if got := mv.leases.grantsOf(key, now); !slices.Equal(got, want[:1]) {
+		t.Errorf("after c's release: %+v, want %+v", got, want[:1])
+	}
+	if got := mv.leases.grantsOf(key, end); len(got) != 0 {
+		t.Errorf("once the grants ended: %+v, want none", got)
 	}
 }

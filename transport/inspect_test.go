@@ -1,0 +1,22 @@
+package transport
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/shardlimiter/shardlimiter/limit"
+)
+
+// A key view's leases cross the wire, per lessee, at millisecond
+// precision.
+func TestViewLeasesRoundTrip(t *testing.T) {
+	v := limit.KeyView{Node: "a", Held: true, Limit: 10, Decision: limit.Decision{Allowed: true, Remaining: 4},
+		Leases: []limit.LeaseView{{Lessee: "b", Hits: 3, Expires: 5_000_000}, {Lessee: "c", Hits: 2, Expires: 7_000_000}}}
+	got := ViewFromPB(ViewToPB(v))
+	if !slices.Equal(got.Leases, v.Leases) || got.Remaining != 4 {
+		t.Fatalf("round trip: %+v, want %+v", got, v)
+	}
+	if got := ViewFromPB(ViewToPB(limit.KeyView{Node: "a", Held: true, Limit: 10})); got.Leases != nil {
+		t.Errorf("a view without leases came back with %+v", got.Leases)
+	}
+}
