@@ -19,7 +19,9 @@ import (
 // a count), SLIDING_LOG (each hit is a timestamp the lessee would stamp
 // later than the grant, and a minimum interval spaces single hits), nor
 // COUNT_REJECTED, OVERDRAFT or RESET (their decisions change the state
-// on refusals or unconditionally).
+// on refusals or unconditionally), nor gubernator's algorithms (a refusal
+// sets a sticky over-limit status every later answer of the window
+// reports, which a lessee's local refusal would not set).
 func Leasable(r limit.Rule) bool {
 	if r.Warmup != 0 || r.Behavior != 0 || r.NoLease {
 		return false
