@@ -23,7 +23,7 @@ import (
 // sets a sticky over-limit status every later answer of the window
 // reports, which a lessee's local refusal would not set).
 func Leasable(r limit.Rule) bool {
-	if r.Warmup != 0 || r.Behavior != 0 || r.NoLease {
+	if r.Warmup != 0 || r.Behavior != 0 || r.NoLease || r.Calendar != limit.NoCalendar {
 		return false
 	}
 	switch r.Algorithm {
