@@ -19,6 +19,19 @@ type KeyView struct {
 	// Error is non-empty when the node could not be asked or could not
 	// read the key; the fields above are then zero.
 	Error string
+	// Leases are the outstanding leases the node granted of the key, one
+	// per lessee, sorted by lessee (the owner's view only).
+	Leases []LeaseView
+}
+
+// LeaseView is what one lessee holds of a key in leases its owner granted.
+type LeaseView struct {
+	Lessee string
+	// Hits were granted to it and not yet given back: taken from the key
+	// at the grants, whether or not the lessee used them since.
+	Hits int64
+	// Expires is when its last grant ends (Unix ns).
+	Expires int64
 }
 
 // Inspection is a key's state on its owner and on the node that holds its

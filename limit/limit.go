@@ -112,6 +112,10 @@ type Rule struct {
 	// CreatedAt is gubernator's created_at, Unix milliseconds, for the
 	// gubernator algorithms only; 0 means the deciding node's now.
 	CreatedAt int64
+	// NoLease keeps the checks under the rule decided by their key's
+	// owner, never from a lease (a rules file's lease: false). Only the
+	// node a check enters reads it: it is not sent to peers.
+	NoLease bool
 }
 
 // Bounds on rules. They keep every computation inside int64 nanoseconds and

@@ -51,6 +51,9 @@ type algAccuracy struct {
 	// WorstKey is the key admitted the most hits above its own bound (or,
 	// when none was over, the least below).
 	WorstKey *keyVerdict `json:"worst_key,omitempty"`
+	// PerKey is every key's verdict, in key order, when the run has at
+	// most perKeyMax keys.
+	PerKey []keyDetail `json:"per_key,omitempty"`
 	// Churn is what --churn did to the cluster during this run.
 	Churn *churnReport `json:"churn,omitempty"`
 }
@@ -62,6 +65,21 @@ type keyVerdict struct {
 	Bound    int64   `json:"bound_hits"`
 	OverPct  float64 `json:"over_pct"` // (admitted − bound) / bound; negative when under
 }
+
+// keyDetail is one key's verdict in full: its admissions against its
+// bound (over-admission) and against its exact replay (under-admission).
+type keyDetail struct {
+	Key           string `json:"key"`
+	Admitted      int64  `json:"admitted_hits"`
+	Bound         int64  `json:"bound_hits"`
+	Expected      int64  `json:"expected_hits"`
+	OverAdmitted  int64  `json:"over_admitted_hits"`
+	UnderAdmitted int64  `json:"under_admitted_hits"`
+	Failed        int64  `json:"failed_checks"`
+}
+
+// perKeyMax is the most keys whose verdicts a report lists one by one.
+const perKeyMax = 16
 
 // accuracyShards is how many recorders the per-key senders share.
 const accuracyShards = 16
@@ -215,7 +233,7 @@ func judge(r limit.Rule, keys []string, logs [][]attempt) *algAccuracy {
 	var violations int64
 	for k, at := range logs {
 		if len(at) > 0 {
-			violations += acc.addKey(r, keys[k], at)
+			violations += acc.addKey(r, keys[k], at, len(logs) <= perKeyMax)
 		}
 	}
 	acc.OverAdmittedPct = pct(acc.OverAdmittedHits, acc.BoundHits)
@@ -229,10 +247,10 @@ func judge(r limit.Rule, keys []string, logs [][]attempt) *algAccuracy {
 	return acc
 }
 
-// addKey adds one key's attempts (at least one) and returns its span
-// violations.
-func (acc *algAccuracy) addKey(r limit.Rule, key string, at []attempt) int64 {
-	var admitted int64
+// addKey adds one key's attempts (at least one), and its verdict to
+// PerKey when detail is set, and returns its span violations.
+func (acc *algAccuracy) addKey(r limit.Rule, key string, at []attempt, detail bool) int64 {
+	var admitted, failed int64
 	for _, x := range at {
 		acc.AttemptedHits += x.hits
 		switch x.fail {
@@ -247,6 +265,7 @@ func (acc *algAccuracy) addKey(r limit.Rule, key string, at []attempt) int64 {
 		switch {
 		case x.failed():
 			acc.FailedChecks++
+			failed++
 		case x.admitted:
 			admitted += x.hits
 		default:
@@ -262,6 +281,10 @@ func (acc *algAccuracy) addKey(r limit.Rule, key string, at []attempt) int64 {
 	acc.ExpectedHits += e
 	acc.OverAdmittedHits += max(admitted-b, 0)
 	acc.UnderAdmitted += max(e-admitted, 0)
+	if detail {
+		acc.PerKey = append(acc.PerKey, keyDetail{Key: key, Admitted: admitted, Bound: b, Expected: e,
+			OverAdmitted: max(admitted-b, 0), UnderAdmitted: max(e-admitted, 0), Failed: failed})
+	}
 	acc.MaxInPeriod = max(acc.MaxInPeriod, maxInPeriod(int64(r.Period), at))
 	return spanViolations(r, at)
 }

@@ -50,6 +50,7 @@ func (n *Node) InspectLocal(_ context.Context, c limit.Check) (limit.KeyView, er
 	}
 	v.Held = held
 	v.Decision = scratch.Take(key, now, c.Rule, 0)
+	v.Leases = n.mv.leases.grantsOf(key, now)
 	return v, nil
 }
 

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/shardlimiter/shardlimiter/limit"
+	"github.com/shardlimiter/shardlimiter/peer/leasing"
 )
 
 // Leases, the owner's side: the State service's Lease call, served by the
@@ -44,16 +45,19 @@ const (
 	// leaseReplicaTimeout bounds the push of a debited state to the key's
 	// replica holder before a grant is answered.
 	leaseReplicaTimeout = 250 * time.Millisecond
+	// leaseMinTTL is the shortest grant made: a window that ends sooner
+	// is decided by its owner until the next one starts.
+	leaseMinTTL = leaseTTL / 2
 	// leaseMaxRecords bounds the grants a node's book holds: past it, no
 	// grant is made until some end.
 	leaseMaxRecords = 1 << 16
 )
 
 // errNotLeasable answers a lease call for a rule that is not leased.
-var errNotLeasable = errors.New("peer: only TOKEN_BUCKET without warm-up or behaviors is leased")
+var errNotLeasable = errors.New("peer: only TOKEN_BUCKET, FIXED_WINDOW and SLIDING_WINDOW without warm-up or behaviors are leased")
 
 // creditor is a table that can give back hits a lease did not use
-// (bucket.TokenBucket).
+// (bucket.TokenBucket, window.Fixed, window.Sliding).
 type creditor interface {
 	Credit(key string, now int64, r limit.Rule, hits int64) int64
 }
@@ -69,18 +73,13 @@ func (mv *mover) isLessee(lessee string) bool {
 	return strings.HasPrefix(lessee, clientLessee) || mv.isMember(lessee)
 }
 
-// leasableRule reports whether checks under r may be decided from a lease:
-// a token bucket without warm-up or behavior flags.
-func leasableRule(r limit.Rule) bool {
-	return r.Algorithm == limit.TokenBucket && r.Warmup == 0 && r.Behavior == 0
-}
-
 // leaseRecord is one grant of this node's, outstanding.
 type leaseRecord struct {
 	key, lessee string
 	rule        limit.Rule
 	hits        int64
 	expires     int64 // Unix ns, by this node's clock
+	end         int64 // the end of the grant's window (Unix ns); 0 for none
 }
 
 // leaseBook holds the grants this node made and that have not ended.
@@ -120,11 +119,12 @@ func (b *leaseBook) add(rec *leaseRecord) uint64 {
 }
 
 // take removes every grant of lessee on key up to id (ids grow), provided
-// id is one of them, and returns id's rule and the hits of them all. A
+// id is one of them, and returns id's rule and the hits of those whose
+// window, if any, has not ended at now (leasing.Creditable). A
 // lessee pools the hits of its grants of a key, so what it gives back may
 // come from any of them; a later grant, which may be on its way to the
 // lessee, is kept for the lessee's next release.
-func (b *leaseBook) take(id uint64, lessee, key string) (r limit.Rule, hits int64, ok bool) {
+func (b *leaseBook) take(id uint64, lessee, key string, now int64) (r limit.Rule, hits int64, ok bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	rec := b.recs[id]
@@ -133,7 +133,9 @@ func (b *leaseBook) take(id uint64, lessee, key string) (r limit.Rule, hits int6
 	}
 	for _, x := range slices.Clone(b.lessees[key][lessee]) { // removeLocked edits the list
 		if x <= id {
-			hits += b.recs[x].hits
+			if leasing.Creditable(b.recs[x].end, now) {
+				hits += b.recs[x].hits
+			}
 			b.removeLocked(x, b.recs[x])
 		}
 	}
@@ -141,16 +143,16 @@ func (b *leaseBook) take(id uint64, lessee, key string) (r limit.Rule, hits int6
 }
 
 // takeOne removes the grant id of lessee on key alone, and returns its
-// rule and hits.
-func (b *leaseBook) takeOne(id uint64, lessee, key string) (r limit.Rule, hits int64, ok bool) {
+// rule, hits and window end.
+func (b *leaseBook) takeOne(id uint64, lessee, key string) (r limit.Rule, hits, end int64, ok bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	rec := b.recs[id]
 	if rec == nil || rec.lessee != lessee || rec.key != key {
-		return r, 0, false
+		return r, 0, 0, false
 	}
 	b.removeLocked(id, rec)
-	return rec.rule, rec.hits, true
+	return rec.rule, rec.hits, rec.end, true
 }
 
 func (b *leaseBook) removeLocked(id uint64, rec *leaseRecord) {
@@ -203,6 +205,27 @@ func (b *leaseBook) heldHits(now int64) int64 {
 	return b.held
 }
 
+// grantsOf returns the outstanding grants of key at now, pooled per
+// lessee, sorted by lessee (Node.InspectLocal).
+func (b *leaseBook) grantsOf(key string, now int64) []limit.LeaseView {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []limit.LeaseView
+	for lessee, ids := range b.lessees[key] {
+		l := limit.LeaseView{Lessee: lessee}
+		for _, id := range ids {
+			if rec := b.recs[id]; rec.expires-int64(leaseGrace) > now {
+				l.Hits, l.Expires = l.Hits+rec.hits, max(l.Expires, rec.expires-int64(leaseGrace))
+			}
+		}
+		if l.Hits > 0 {
+			out = append(out, l)
+		}
+	}
+	slices.SortFunc(out, func(a, b limit.LeaseView) int { return strings.Compare(a.Lessee, b.Lessee) })
+	return out
+}
+
 // Lease serves State.Lease (api/peers.Leaser): a release of an earlier
 // grant, then a grant, for a key this node decides.
 func (n *Node) Lease(ctx context.Context, r limit.LeaseRequest) (limit.LeaseGrant, error) {
@@ -214,7 +237,7 @@ func (n *Node) Lease(ctx context.Context, r limit.LeaseRequest) (limit.LeaseGran
 // grant's debit then goes to the key's replica holder before it is
 // answered. Only another member of this node's ring is granted anything.
 func (mv *mover) lease(ctx context.Context, r limit.LeaseRequest) (limit.LeaseGrant, error) {
-	if !leasableRule(r.Rule) {
+	if !leasing.Leasable(r.Rule) {
 		return limit.LeaseGrant{}, errNotLeasable
 	}
 	if r.Client {
@@ -228,6 +251,15 @@ func (mv *mover) lease(ctx context.Context, r limit.LeaseRequest) (limit.LeaseGr
 		ho.deciding.RUnlock()
 		return limit.LeaseGrant{NotOwner: owner}, nil
 	}
+	if ho.kind(v.snap.PartitionOf(uk)) == partIncoming {
+		// The key's state is on its way here (a join, a leave): a grant
+		// debited from what this node holds now would be lost to the
+		// merge with it (the larger consumption wins). Nothing is granted
+		// or credited until it is here; the lessee forwards meanwhile,
+		// and forwarded checks wait for the state.
+		ho.deciding.RUnlock()
+		return limit.LeaseGrant{}, nil
+	}
 	now := mv.cfg.Now().UnixNano()
 	var g limit.LeaseGrant
 	if r.Release != 0 {
@@ -240,7 +272,7 @@ func (mv *mover) lease(ctx context.Context, r limit.LeaseRequest) (limit.LeaseGr
 	if g.Hits == 0 {
 		return g, nil
 	}
-	if err := mv.replicateGrant(ctx, v, r.Key, uk); err != nil {
+	if err := mv.replicateGrant(ctx, v, r.Rule.Algorithm, r.Key, uk); err != nil {
 		// The replica holder did not take the debit: take the grant back
 		// (while this node still decides the key; else the hits stay
 		// spent) and grant nothing.
@@ -255,12 +287,12 @@ func (mv *mover) lease(ctx context.Context, r limit.LeaseRequest) (limit.LeaseGr
 // release credits back what the lessee left of its grant r.Release. Under
 // deciding, for a key this node decides.
 func (mv *mover) release(r limit.LeaseRequest, now int64) int64 {
-	rule, hits, ok := mv.leases.take(r.Release, r.From, r.Key)
+	rule, hits, ok := mv.leases.take(r.Release, r.From, r.Key, now)
 	if !ok {
 		return 0
 	}
-	cr, ok := mv.host.tables()[limit.TokenBucket].(creditor)
-	if !ok || r.Leftover <= 0 {
+	cr, ok := mv.host.tables()[rule.Algorithm].(creditor)
+	if !ok || r.Leftover <= 0 || hits <= 0 {
 		return 0
 	}
 	got := cr.Credit(r.Key, now, rule, min(r.Leftover, hits))
@@ -272,7 +304,7 @@ func (mv *mover) release(r limit.LeaseRequest, now int64) int64 {
 // lease when the key is over its limit. Under deciding, for a key this
 // node decides.
 func (mv *mover) grantLocked(r limit.LeaseRequest, now int64, g limit.LeaseGrant) limit.LeaseGrant {
-	tb := mv.host.tables()[limit.TokenBucket]
+	tb := mv.host.tables()[r.Rule.Algorithm]
 	peek := tb.Take(r.Key, now, r.Rule, 0)
 	if !peek.Allowed {
 		if peek.RetryAfter >= time.Millisecond {
@@ -285,27 +317,17 @@ func (mv *mover) grantLocked(r limit.LeaseRequest, now int64, g limit.LeaseGrant
 		return g
 	}
 	lessees, room := mv.leases.lesseesOf(r.Key, now, mv.isLessee)
-	size := leaseSize(r.Want, peek.Remaining, r.Rule.Capacity(), lessees)
-	if size == 0 || !room {
+	size := leasing.Size(r.Want, peek.Remaining, r.Rule.Capacity(), lessees)
+	ttl, end, long := leasing.TTL(r.Rule, now, leaseTTL, leaseMinTTL)
+	if size == 0 || !room || !long {
 		return g
 	}
 	if d := tb.Take(r.Key, now, r.Rule, size); !d.Allowed {
 		return g // taken meanwhile
 	}
-	g.ID = mv.leases.add(&leaseRecord{key: r.Key, lessee: r.From, rule: r.Rule, hits: size, expires: now + int64(leaseTTL+leaseGrace)})
-	g.Hits, g.TTL = size, leaseTTL
+	g.ID = mv.leases.add(&leaseRecord{key: r.Key, lessee: r.From, rule: r.Rule, hits: size, expires: now + int64(ttl+leaseGrace), end: end})
+	g.Hits, g.TTL = size, ttl
 	return g
-}
-
-// leaseSize is the size of a grant: what the lessee wants, at most a fair
-// share of what the key has left among its lessees and its owner, and
-// nothing once less than a quarter of the capacity is left, where the
-// owner decides every check again.
-func leaseSize(want, remaining, capacity int64, lessees int) int64 {
-	if remaining*4 < capacity {
-		return 0
-	}
-	return max(min(want, remaining/int64(lessees+2)), 0)
 }
 
 // undoGrant credits back a grant whose debit did not reach the replica.
@@ -313,23 +335,24 @@ func (mv *mover) undoGrant(r limit.LeaseRequest, id uint64) {
 	ho := mv.host.marks()
 	ho.deciding.RLock()
 	defer ho.deciding.RUnlock()
-	rule, hits, ok := mv.leases.takeOne(id, r.From, r.Key)
-	if !ok || mv.host.decider(mv.host.ringView(), uniqueKeyOf(r.Key)) != "" {
+	rule, hits, end, ok := mv.leases.takeOne(id, r.From, r.Key)
+	now := mv.cfg.Now().UnixNano()
+	if !ok || !leasing.Creditable(end, now) || mv.host.decider(mv.host.ringView(), uniqueKeyOf(r.Key)) != "" {
 		return
 	}
-	if cr, ok := mv.host.tables()[limit.TokenBucket].(creditor); ok {
-		cr.Credit(r.Key, mv.cfg.Now().UnixNano(), rule, hits)
+	if cr, ok := mv.host.tables()[rule.Algorithm].(creditor); ok {
+		cr.Credit(r.Key, now, rule, hits)
 	}
 }
 
 // replicateGrant pushes key's debited state to its replica holder, the
 // owner of the key in the ring without this node, and waits for the
 // answer. Without replication, or alone, there is nothing to wait for.
-func (mv *mover) replicateGrant(ctx context.Context, v *view, key, uk string) error {
+func (mv *mover) replicateGrant(ctx context.Context, v *view, alg limit.Algorithm, key, uk string) error {
 	if mv.cfg.ReplicationInterval <= 0 || v.backup == nil {
 		return nil
 	}
-	st, ok := mv.host.tables()[limit.TokenBucket].Export(key, mv.cfg.Now().UnixNano())
+	st, ok := mv.host.tables()[alg].Export(key, mv.cfg.Now().UnixNano())
 	if !ok {
 		return nil
 	}
@@ -339,5 +362,5 @@ func (mv *mover) replicateGrant(ctx context.Context, v *view, key, uk string) er
 	}
 	ctx, cancel := context.WithTimeout(ctx, leaseReplicaTimeout)
 	defer cancel()
-	return l.Push(ctx, limit.Replica, nil, []limit.KeyState{{Algorithm: limit.TokenBucket, Key: key, State: st}})
+	return l.Push(ctx, limit.Replica, nil, []limit.KeyState{{Algorithm: alg, Key: key, State: st}})
 }

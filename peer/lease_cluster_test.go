@@ -133,7 +133,7 @@ func TestLeasesExactOnMemNet(t *testing.T) {
 // under-admission of at most its lease). Each change waits for a lease
 // to be out. Nothing is admitted over the capacity.
 func TestLeasesExactThroughChurnOnMemNet(t *testing.T) {
-	const capacity = 1_000_000
+	const capacity = 4_000_000
 	r := limit.Rule{Algorithm: limit.TokenBucket, Limit: 100, Period: time.Hour, Burst: capacity}
 	c := newMemCluster(t, 3, Config{Leases: true, LeaseThreshold: 1, ReplicationInterval: 100 * time.Millisecond, Peer: exactPeer})
 	before := c.degraded()
@@ -156,7 +156,15 @@ func TestLeasesExactThroughChurnOnMemNet(t *testing.T) {
 		return nil
 	}
 	outstanding := func(what string) {
-		poll.Until(t, 30*time.Second, func() bool { return holder() != nil }, "a lease outstanding before %s", what)
+		// Below a quarter of the capacity nothing is granted: a machine
+		// that runs the load fast enough spends the key before the last
+		// change (seen: 44.6 million checks sent, the capacity admitted,
+		// deny leases only), and the run can prove nothing more.
+		poll.Until(t, 30*time.Second, func() bool { return holder() != nil || load.admitted.Load() >= capacity*3/4 },
+			"a lease outstanding before %s", what)
+		if holder() == nil {
+			t.Skipf("the key was spent down to a quarter before %s (%d admitted): no lease is granted any more", what, load.admitted.Load())
+		}
 	}
 	outstanding("the join")
 	start(c.add())
@@ -317,5 +325,62 @@ func TestLeaseOnlyForItsRule(t *testing.T) {
 	other.Limit = 50
 	if res := check(other); res.Owner != owner.name {
 		t.Fatalf("check under another rule: %+v, want decided by the owner", res)
+	}
+}
+
+// The same for the windows: a grant takes its hits from the current
+// window and lives at most until the window ends; a leftover is credited
+// back into that window only. Callers on every node at the key's limit
+// admit the window's limit and not one hit more, leases included. The window is a
+// day; a run that straddles a day's end (UTC) is skipped. The limit is
+// large enough that the lessees' forwarded checks do not spend it before
+// their first grant (with 50,000, on a busy machine, they did: deny
+// leases only, the test proved nothing).
+func TestLeasesExactForWindowsOnMemNet(t *testing.T) {
+	for _, alg := range []limit.Algorithm{limit.FixedWindow, limit.SlidingWindow} {
+		t.Run(alg.String(), func(t *testing.T) {
+			const limit_ = 200_000
+			r := limit.Rule{Algorithm: alg, Limit: limit_, Period: 24 * time.Hour}
+			start := time.Now()
+			c := newMemCluster(t, 3, Config{Leases: true, LeaseThreshold: 1, ReplicationInterval: 100 * time.Millisecond, Peer: exactPeer})
+			before := c.degraded()
+			var load leaseLoad
+			stop := make(chan struct{})
+			owner := c.running()[0].node.view.Load().snap.Owner("k").Name
+			var ownerNode *testNode
+			for _, tn := range c.running() {
+				if tn.name == owner {
+					ownerNode = tn
+					continue
+				}
+				load.run(t, tn, r, "k", 2, stop)
+			}
+			poll.Until(t, 30*time.Second, func() bool { return c.leaseGrants() > 0 }, "a lease granted to a node forwarding the key")
+			load.run(t, ownerNode, r, "k", 2, stop)
+			poll.Until(t, 30*time.Second, func() bool { return load.sent.Load() >= 3*limit_/2 }, "the load runs past the limit")
+			close(stop)
+			load.wg.Wait()
+			got := load.admitted.Load()
+			if d, g := c.leaseDecisions(), c.leaseGrants(); d == 0 || g == 0 {
+				t.Fatalf("%.0f grants, %.0f checks decided from leases: the test proves nothing (sent %d)", g, d, load.sent.Load())
+			}
+			poll.Until(t, 10*time.Second, func() bool { return c.leasesHeld() == 0 }, "every lease ends")
+			rest := c.spend(c.running()[0], []string{"k"}, r, limit_)
+			if day := int64(24 * time.Hour); start.UnixNano()/day != time.Now().UnixNano()/day {
+				t.Skip("the run straddled the end of a window (a day, UTC)")
+			}
+			if got > limit_ {
+				t.Fatalf("admitted %d of a limit of %d: %d over", got, limit_, got-limit_)
+			}
+			// Exactly the limit, but for a release lost on a loaded machine
+			// (its hits stay spent: under-admission of at most a lease; seen
+			// once in about twenty runs, 7,215 of 200,000).
+			if total := int(got) + rest; total > limit_ {
+				c.assertExact("admitted, then the rest after the leases ended", total, limit_, before)
+			} else if total < limit_-limit_/20 {
+				t.Fatalf("admitted %d under load and %d after: %d under the limit of %d, more than the leases could hold", got, rest, limit_-total, limit_)
+			}
+			t.Logf("admitted %d under load (%.0f grants, %.0f checks decided from leases), %d after: %d under", got, c.leaseGrants(), c.leaseDecisions(), rest, limit_-int(got)-rest)
+		})
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/shardlimiter/shardlimiter/limit"
+	"github.com/shardlimiter/shardlimiter/peer/leasing"
 	"github.com/shardlimiter/shardlimiter/ring"
 )
 
@@ -90,7 +91,7 @@ func newLeaseHolder(n *Node, threshold float64) *leaseHolder {
 
 // leasableCheck reports whether c may be decided from a lease.
 func leasableCheck(c *limit.Check) bool {
-	return !c.Chained && c.Hits > 0 && leasableRule(c.Rule)
+	return !c.Chained && c.Hits > 0 && leasing.Leasable(c.Rule)
 }
 
 // decide answers c, a check of key (a table key, valid only during the
@@ -109,7 +110,7 @@ func (lh *leaseHolder) decide(key string, c *limit.Check, owner ring.Member, now
 	e.observe(now)
 	if until := e.deny.Load(); now < until {
 		*res = limit.Result{Owner: lh.n.cfg.Name, Decision: limit.Decision{
-			ResetAt: until + capacityTime(c.Rule), RetryAfter: time.Duration(until - now)}}
+			ResetAt: leasing.DenyResetAt(c.Rule, until), RetryAfter: time.Duration(until - now)}}
 		lh.n.m.leaseDecisions.Inc()
 		return true
 	}
@@ -123,7 +124,7 @@ func (lh *leaseHolder) decide(key string, c *limit.Check, owner ring.Member, now
 				lh.held.Add(-c.Hits)
 				left := t - c.Hits
 				*res = limit.Result{Owner: lh.n.cfg.Name, Decision: limit.Decision{Allowed: true, Remaining: left,
-					ResetAt: now + int64(float64(capacityTime(c.Rule))*float64(max(c.Rule.Capacity()-left, 0))/float64(c.Rule.Capacity()))}}
+					ResetAt: leasing.ResetAt(c.Rule, now, left)}}
 				lh.n.m.leaseDecisions.Inc()
 				if left*2 < g.hits || g.expires-now < int64(leaseTTL)/2 {
 					lh.renew(e, owner, now)
@@ -147,11 +148,6 @@ func (lh *leaseHolder) ruleChanged(e *heldKey) {
 		delete(lh.keys, e.key)
 	}
 	lh.mu.Unlock()
-}
-
-// capacityTime is how long an empty bucket of r takes to refill.
-func capacityTime(r limit.Rule) int64 {
-	return int64(r.Period) / r.Limit * r.Capacity()
 }
 
 // observe counts a check in the key's rate window.
@@ -228,8 +224,15 @@ func (lh *leaseHolder) ask(e *heldKey, owner ring.Member) {
 		return
 	}
 	ng := &heldGrant{owner: owner.Name, id: g.ID, hits: g.Hits, expires: start + int64(g.TTL) - int64(leaseMargin)}
-	if old := e.grant.Swap(ng); old != nil && old.expires > start {
+	old := e.grant.Swap(ng)
+	if old != nil && old.expires > start {
 		lh.n.m.leaseRenewed.Inc()
+	}
+	if old != nil && !leasing.SameWindow(e.rule, old.expires, ng.expires) {
+		// A window's hits are not pooled with the next window's: what is
+		// left of the last grant is out of use (its owner would not credit
+		// it back: its window has ended).
+		lh.held.Add(-e.tokens.Swap(0))
 	}
 	e.tokens.Add(g.Hits)
 	lh.held.Add(g.Hits)

@@ -677,10 +677,17 @@ func (mv *mover) pull(ctx context.Context, from string, members uint64, partitio
 
 // A pull waits at most pullWaitOwn for the partitions this node is itself
 // still pulling, and memberWait for this node's gossip to learn the member
-// list the puller has; both within the puller's stateTimeout.
+// list the puller has, at most 3/5 of what is left of the puller's
+// deadline. The news of a join reaches the other members in a gossip
+// round or a probe (500 ms each, gossip/membership.go): at 300 ms this
+// node often had not heard of the new member yet, answered without
+// marking, and went on deciding the keys the new member then decided
+// from the pulled state too, two counts of one key for up to the rest of
+// a gossip round (over-admission, seen on real processes:
+// loadtest TestLeasesExactThroughGracefulChurn).
 const (
 	pullWaitOwn = time.Second
-	memberWait  = 300 * time.Millisecond
+	memberWait  = time.Second
 )
 
 // membersAgree returns this node's gossip membership once it has the
@@ -698,7 +705,11 @@ func (mv *mover) membersAgree(ctx context.Context, members uint64) []ring.Member
 	}
 	t := time.NewTicker(10 * time.Millisecond)
 	defer t.Stop()
-	deadline := time.NewTimer(memberWait)
+	wait := memberWait
+	if dl, ok := ctx.Deadline(); ok {
+		wait = min(wait, time.Until(dl)*3/5) // leave the export and answer time
+	}
+	deadline := time.NewTimer(wait)
 	defer deadline.Stop()
 	for {
 		select {

@@ -54,6 +54,7 @@ type (
 		Burst           int64  `json:"burst,omitempty"`
 		Calendar        string `json:"calendar,omitempty"`
 		PeriodMs        int64  `json:"period_ms"`
+		Lease           *bool  `json:"lease,omitempty"` // false when the rule opts out of leases
 	}
 )
 
@@ -144,6 +145,9 @@ func jsonLimitOf(l Limit) jsonLimit {
 		Burst: l.Rule.Burst, PeriodMs: l.Rule.Period.Milliseconds()}
 	if l.Rule.Calendar != 0 {
 		jl.Calendar = l.Rule.Calendar.String()
+	}
+	if l.Rule.NoLease {
+		jl.Lease = new(bool)
 	}
 	return jl
 }

@@ -53,7 +53,7 @@ var units = map[string]unit{
 }
 
 var (
-	rateLimitFields = []string{"unit", "requests_per_unit", "unlimited", "name", "replaces", "algorithm", "burst"}
+	rateLimitFields = []string{"unit", "requests_per_unit", "unlimited", "name", "replaces", "algorithm", "burst", "lease"}
 	replacesFields  = []string{"name"}
 )
 
@@ -81,7 +81,7 @@ func (p *parser) rateLimit(n *yaml.Node, generated string) (l Limit, named, unli
 	}
 	if unlimited {
 		// requests_per_unit is ignored, as envoyproxy/ratelimit does.
-		for _, k := range []string{"unit", "algorithm", "burst"} {
+		for _, k := range []string{"unit", "algorithm", "burst", "lease"} {
 			if fk := f[k].key; fk != nil {
 				return l, false, false, nil, p.errf(fk, "%s must not be set when unlimited is true", k)
 			}
@@ -121,6 +121,9 @@ func (p *parser) limitRule(n *yaml.Node, f map[string]field) (limit.Rule, string
 	if r.Burst, err = p.integer(f["burst"].val, "burst", limit.MaxLimit); err != nil {
 		return r, "", err
 	}
+	if r.NoLease, err = p.noLease(f["lease"], r.Algorithm); err != nil {
+		return r, "", err
+	}
 	r.Period = u.period
 	if u.calendar != limit.NoCalendar && r.Algorithm == limit.FixedWindow {
 		r.Calendar, r.Period = u.calendar, u.calendar.Period()
@@ -137,6 +140,25 @@ func (p *parser) limitRule(n *yaml.Node, f map[string]field) (limit.Rule, string
 		return r, "", p.errf(at, "%v", err)
 	}
 	return r, name, nil
+}
+
+// noLease reads a rate limit's lease field: true (the default) lets the
+// nodes decide its checks from leases when --leases is on, false keeps
+// them with the key's owner. Only TOKEN_BUCKET, FIXED_WINDOW and
+// SLIDING_WINDOW are ever leased: lease: true on another algorithm is an
+// error, as it would promise what the nodes never do.
+func (p *parser) noLease(f field, a limit.Algorithm) (bool, error) {
+	if f.key == nil {
+		return false, nil
+	}
+	lease, err := p.boolean(f.val, "lease")
+	if err != nil {
+		return false, err
+	}
+	if lease && a != limit.TokenBucket && a != limit.FixedWindow && a != limit.SlidingWindow {
+		return false, p.errf(f.key, "lease: true applies to TOKEN_BUCKET, FIXED_WINDOW and SLIDING_WINDOW; %v is always decided by its key's owner", a)
+	}
+	return !lease, nil
 }
 
 // algorithm reads an algorithm name (any case); null is FIXED_WINDOW.

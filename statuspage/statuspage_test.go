@@ -88,3 +88,21 @@ func TestSelfContained(t *testing.T) {
 		}
 	}
 }
+
+// The page has a line for the capacity held in leases, filled from the
+// node's lease gauges (granted to others, held from owners) and the rate
+// of checks decided from leases.
+func TestLeasesLine(t *testing.T) {
+	t.Parallel()
+	h := Mount(http.NotFoundHandler())
+	_, page := get(t, h, http.MethodGet, "/")
+	_, js := get(t, h, http.MethodGet, "/status/app.js")
+	if !strings.Contains(page, `<dt>capacity held in leases</dt><dd id="leases">`) {
+		t.Error("the page has no line for the capacity held in leases")
+	}
+	for _, want := range []string{`$("leases").textContent`, `"shardlimiter_lease_granted_hits"`, `"shardlimiter_lease_held_hits"`, `"shardlimiter_lease_decisions_total"`} {
+		if !strings.Contains(js, want) {
+			t.Errorf("app.js lacks %s", want)
+		}
+	}
+}

@@ -65,6 +65,9 @@ func ViewToPB(v limit.KeyView) *pb.KeyView {
 		out.RetryAfterMs = msOf(int64(v.RetryAfter))
 	}
 	out.WindowEndMs, out.PreviousCount, out.CurrentCount = msOf(v.WindowEnd), v.Previous, v.Current
+	for _, l := range v.Leases {
+		out.Leases = append(out.Leases, &pb.KeyLease{Lessee: l.Lessee, Hits: l.Hits, ExpiresMs: msOf(l.Expires)})
+	}
 	return out
 }
 
@@ -79,5 +82,8 @@ func ViewFromPB(v *pb.KeyView) limit.KeyView {
 		out.RetryAfter = time.Duration(v.GetRetryAfterMs()) * time.Millisecond
 	}
 	out.WindowEnd, out.Previous, out.Current = v.GetWindowEndMs()*1_000_000, v.GetPreviousCount(), v.GetCurrentCount()
+	for _, l := range v.GetLeases() {
+		out.Leases = append(out.Leases, limit.LeaseView{Lessee: l.GetLessee(), Hits: l.GetHits(), Expires: l.GetExpiresMs() * 1_000_000})
+	}
 	return out
 }

@@ -68,13 +68,16 @@ func LeaseToProto(r limit.LeaseRequest) *pb.LeaseRequest {
 		Want: r.Want, Release: r.Release, Leftover: r.Leftover}
 }
 
-// LeaseFromProto converts a lease call from the wire. Only TOKEN_BUCKET is
-// leased; its rule must be valid and the quantities not negative.
+// LeaseFromProto converts a lease call from the wire. Only TOKEN_BUCKET,
+// FIXED_WINDOW and SLIDING_WINDOW are leased (calendar windows are not:
+// the call does not carry a calendar); the rule must be valid and the
+// quantities not negative.
 func LeaseFromProto(in *pb.LeaseRequest) (limit.LeaseRequest, error) {
-	if in.GetAlgorithm() != pb.Algorithm_TOKEN_BUCKET {
-		return limit.LeaseRequest{}, fmt.Errorf("transport: %v is not leased", limit.Algorithm(in.GetAlgorithm()))
+	a := limit.Algorithm(in.GetAlgorithm())
+	if a != limit.TokenBucket && a != limit.FixedWindow && a != limit.SlidingWindow {
+		return limit.LeaseRequest{}, fmt.Errorf("transport: %v is not leased", a)
 	}
-	r := limit.Rule{Algorithm: limit.TokenBucket, Limit: in.GetLimit(), Period: time.Duration(in.GetPeriodNs()), Burst: in.GetBurst()}
+	r := limit.Rule{Algorithm: a, Limit: in.GetLimit(), Period: time.Duration(in.GetPeriodNs()), Burst: in.GetBurst()}
 	if err := r.Validate(); err != nil {
 		return limit.LeaseRequest{}, fmt.Errorf("transport: lease: %w", err)
 	}

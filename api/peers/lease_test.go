@@ -45,8 +45,8 @@ func TestStateLease(t *testing.T) {
 		t.Fatalf("the server got %+v, want %+v", got, want)
 	}
 	for name, bad := range map[string]limit.Rule{
-		"sliding window": {Algorithm: limit.SlidingWindow, Limit: 10, Period: time.Minute},
-		"invalid rule":   {Algorithm: limit.TokenBucket, Limit: 0, Period: time.Minute},
+		"leaky bucket": {Algorithm: limit.LeakyBucket, Limit: 10, Period: time.Minute},
+		"invalid rule": {Algorithm: limit.TokenBucket, Limit: 0, Period: time.Minute},
 	} {
 		if _, err := c.Lease(ctxTimeout(t), limit.LeaseRequest{Key: "k", Rule: bad, Want: 1}); !isCode(err, codes.InvalidArgument) {
 			t.Errorf("%s: Lease() = %v, want InvalidArgument", name, err)

@@ -135,6 +135,9 @@ func printView(w io.Writer, role string, v limit.KeyView, now time.Time) {
 	if v.Held && (v.Current > 0 || v.Previous > 0) {
 		fmt.Fprintf(w, "  counted    %d in this window, %d in the one before\n", v.Current, v.Previous)
 	}
+	for _, l := range v.Leases {
+		fmt.Fprintf(w, "  leased     %d hits to %s, ending in %v\n", l.Hits, l.Lessee, max(time.Unix(0, l.Expires).Sub(now).Round(time.Millisecond), 0))
+	}
 }
 
 // descriptorFlag collects -descriptor k=v,k=v flags.

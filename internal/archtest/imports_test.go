@@ -45,7 +45,7 @@ var allowed = map[string][]string{
 	"api/gubernator/gubpb": {},
 	"api/resp":             {"limit", "transport", "transport/server"},
 	"api/rlqs":             {"quota", "rules", "transport/server"},
-	"peer":                 {"limit", "table", "bucket", "window", "ring", "transport", "transport/dial", "snapshot", "gubernator", "cell", "internal/cowmap", "peer/rulemetrics", "peer/replicamove"},
+	"peer":                 {"limit", "table", "bucket", "window", "ring", "transport", "transport/dial", "snapshot", "gubernator", "cell", "internal/cowmap", "peer/rulemetrics", "peer/replicamove", "peer/leasing"},
 	"cmd/shardlimiter":     {"*"},
 	"loadtest":             {"limit", "transport", "transport/dial", "transport/server", "api/native", "api/gubernator/gubpb", "internal/wide", "client"},
 	"internal/archtest":    {},
@@ -67,6 +67,9 @@ var allowed = map[string][]string{
 	// Which partitions a ring change leaves with a replica holder that
 	// holds nothing of them.
 	"peer/replicamove": {"ring"},
+	// The rules of leases that do not depend on the node: what is
+	// leasable, a grant's TTL and size, a lessee's answers.
+	"peer/leasing": {"limit", "window"},
 
 	// transport's codec: the protobuf wire format from and into limit's
 	// types; the generated messages stay out of it.

@@ -225,6 +225,10 @@ function showMetrics(replication) {
     `every ${replication}${lag}; errors: ${inMinute("shardlimiter_replication_errors_total")}`;
   $("fallback").textContent = inMinute("shardlimiter_peer_fallback_decisions_total");
   $("standin").textContent = inMinute("shardlimiter_peer_standin_decisions_total");
+  $("leases").textContent = s.has("shardlimiter_lease_granted_hits") ?
+    `${fmtNum(sum(s, "shardlimiter_lease_granted_hits", {}))} hits granted to other nodes, ` +
+    `${fmtNum(sum(s, "shardlimiter_lease_held_hits", {}))} held from their owners; ` +
+    `${fmtNum(rate("shardlimiter_lease_decisions_total"))} checks/s decided from leases` : "not reported by this node";
   $("shed").textContent = `${fmtNum(rate("shardlimiter_transport_shed_total"))}/s; ${inMinute("shardlimiter_transport_shed_total")}`;
   const inflight = (s.get("shardlimiter_transport_inflight_checks") || []).map((x) => {
     const max = sum(s, "shardlimiter_transport_max_inflight_checks", x.labels);

@@ -92,7 +92,10 @@ type KeyView struct {
 	// in the last duration_ms).
 	CurrentCount int64 `protobuf:"varint,10,opt,name=current_count,json=currentCount,proto3" json:"current_count,omitempty"`
 	// Non-empty when the node could not be asked or could not read the key.
-	Error         string `protobuf:"bytes,11,opt,name=error,proto3" json:"error,omitempty"`
+	Error string `protobuf:"bytes,11,opt,name=error,proto3" json:"error,omitempty"`
+	// The owner's outstanding leases of the key (docs/ARCHITECTURE.md,
+	// "Leases"), one per lessee, by lessee name; empty on the replica.
+	Leases        []*KeyLease `protobuf:"bytes,12,rep,name=leases,proto3" json:"leases,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -204,6 +207,78 @@ func (x *KeyView) GetError() string {
 	return ""
 }
 
+func (x *KeyView) GetLeases() []*KeyLease {
+	if x != nil {
+		return x.Leases
+	}
+	return nil
+}
+
+// KeyLease is what one lessee holds of a key in leases its owner granted.
+type KeyLease struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The node that holds the lease.
+	Lessee string `protobuf:"bytes,1,opt,name=lessee,proto3" json:"lessee,omitempty"`
+	// Hits granted to it and not yet given back (taken from the key when
+	// granted; the lessee may have used some).
+	Hits int64 `protobuf:"varint,2,opt,name=hits,proto3" json:"hits,omitempty"`
+	// Unix ms when its last grant ends.
+	ExpiresMs     int64 `protobuf:"varint,3,opt,name=expires_ms,json=expiresMs,proto3" json:"expires_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KeyLease) Reset() {
+	*x = KeyLease{}
+	mi := &file_shardlimiter_v1_inspect_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KeyLease) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KeyLease) ProtoMessage() {}
+
+func (x *KeyLease) ProtoReflect() protoreflect.Message {
+	mi := &file_shardlimiter_v1_inspect_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KeyLease.ProtoReflect.Descriptor instead.
+func (*KeyLease) Descriptor() ([]byte, []int) {
+	return file_shardlimiter_v1_inspect_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *KeyLease) GetLessee() string {
+	if x != nil {
+		return x.Lessee
+	}
+	return ""
+}
+
+func (x *KeyLease) GetHits() int64 {
+	if x != nil {
+		return x.Hits
+	}
+	return 0
+}
+
+func (x *KeyLease) GetExpiresMs() int64 {
+	if x != nil {
+		return x.ExpiresMs
+	}
+	return 0
+}
+
 type InspectKeyResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The node that owns the key (decides its checks).
@@ -218,7 +293,7 @@ type InspectKeyResponse struct {
 
 func (x *InspectKeyResponse) Reset() {
 	*x = InspectKeyResponse{}
-	mi := &file_shardlimiter_v1_inspect_proto_msgTypes[2]
+	mi := &file_shardlimiter_v1_inspect_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -230,7 +305,7 @@ func (x *InspectKeyResponse) String() string {
 func (*InspectKeyResponse) ProtoMessage() {}
 
 func (x *InspectKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shardlimiter_v1_inspect_proto_msgTypes[2]
+	mi := &file_shardlimiter_v1_inspect_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -243,7 +318,7 @@ func (x *InspectKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InspectKeyResponse.ProtoReflect.Descriptor instead.
 func (*InspectKeyResponse) Descriptor() ([]byte, []int) {
-	return file_shardlimiter_v1_inspect_proto_rawDescGZIP(), []int{2}
+	return file_shardlimiter_v1_inspect_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *InspectKeyResponse) GetOwner() string {
@@ -273,7 +348,7 @@ const file_shardlimiter_v1_inspect_proto_rawDesc = "" +
 	"\n" +
 	"\x1dshardlimiter/v1/inspect.proto\x12\x0fshardlimiter.v1\x1a\"shardlimiter/v1/shardlimiter.proto\"P\n" +
 	"\x11InspectKeyRequest\x12;\n" +
-	"\arequest\x18\x01 \x01(\v2!.shardlimiter.v1.RateLimitRequestR\arequest\"\xe6\x02\n" +
+	"\arequest\x18\x01 \x01(\v2!.shardlimiter.v1.RateLimitRequestR\arequest\"\x99\x03\n" +
 	"\aKeyView\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x12\n" +
 	"\x04held\x18\x02 \x01(\bR\x04held\x12/\n" +
@@ -286,7 +361,13 @@ const file_shardlimiter_v1_inspect_proto_rawDesc = "" +
 	"\x0eprevious_count\x18\t \x01(\x03R\rpreviousCount\x12#\n" +
 	"\rcurrent_count\x18\n" +
 	" \x01(\x03R\fcurrentCount\x12\x14\n" +
-	"\x05error\x18\v \x01(\tR\x05error\"\xa4\x01\n" +
+	"\x05error\x18\v \x01(\tR\x05error\x121\n" +
+	"\x06leases\x18\f \x03(\v2\x19.shardlimiter.v1.KeyLeaseR\x06leases\"U\n" +
+	"\bKeyLease\x12\x16\n" +
+	"\x06lessee\x18\x01 \x01(\tR\x06lessee\x12\x12\n" +
+	"\x04hits\x18\x02 \x01(\x03R\x04hits\x12\x1d\n" +
+	"\n" +
+	"expires_ms\x18\x03 \x01(\x03R\texpiresMs\"\xa4\x01\n" +
 	"\x12InspectKeyResponse\x12\x14\n" +
 	"\x05owner\x18\x01 \x01(\tR\x05owner\x129\n" +
 	"\vowner_state\x18\x02 \x01(\v2\x18.shardlimiter.v1.KeyViewR\n" +
@@ -308,26 +389,28 @@ func file_shardlimiter_v1_inspect_proto_rawDescGZIP() []byte {
 	return file_shardlimiter_v1_inspect_proto_rawDescData
 }
 
-var file_shardlimiter_v1_inspect_proto_msgTypes = make([]protoimpl.MessageInfo, 3)
+var file_shardlimiter_v1_inspect_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
 var file_shardlimiter_v1_inspect_proto_goTypes = []any{
 	(*InspectKeyRequest)(nil),  // 0: shardlimiter.v1.InspectKeyRequest
 	(*KeyView)(nil),            // 1: shardlimiter.v1.KeyView
-	(*InspectKeyResponse)(nil), // 2: shardlimiter.v1.InspectKeyResponse
-	(*RateLimitRequest)(nil),   // 3: shardlimiter.v1.RateLimitRequest
-	(Status)(0),                // 4: shardlimiter.v1.Status
+	(*KeyLease)(nil),           // 2: shardlimiter.v1.KeyLease
+	(*InspectKeyResponse)(nil), // 3: shardlimiter.v1.InspectKeyResponse
+	(*RateLimitRequest)(nil),   // 4: shardlimiter.v1.RateLimitRequest
+	(Status)(0),                // 5: shardlimiter.v1.Status
 }
 var file_shardlimiter_v1_inspect_proto_depIdxs = []int32{
-	3, // 0: shardlimiter.v1.InspectKeyRequest.request:type_name -> shardlimiter.v1.RateLimitRequest
-	4, // 1: shardlimiter.v1.KeyView.status:type_name -> shardlimiter.v1.Status
-	1, // 2: shardlimiter.v1.InspectKeyResponse.owner_state:type_name -> shardlimiter.v1.KeyView
-	1, // 3: shardlimiter.v1.InspectKeyResponse.replica_state:type_name -> shardlimiter.v1.KeyView
-	0, // 4: shardlimiter.v1.Inspect.InspectKey:input_type -> shardlimiter.v1.InspectKeyRequest
-	2, // 5: shardlimiter.v1.Inspect.InspectKey:output_type -> shardlimiter.v1.InspectKeyResponse
-	5, // [5:6] is the sub-list for method output_type
-	4, // [4:5] is the sub-list for method input_type
-	4, // [4:4] is the sub-list for extension type_name
-	4, // [4:4] is the sub-list for extension extendee
-	0, // [0:4] is the sub-list for field type_name
+	4, // 0: shardlimiter.v1.InspectKeyRequest.request:type_name -> shardlimiter.v1.RateLimitRequest
+	5, // 1: shardlimiter.v1.KeyView.status:type_name -> shardlimiter.v1.Status
+	2, // 2: shardlimiter.v1.KeyView.leases:type_name -> shardlimiter.v1.KeyLease
+	1, // 3: shardlimiter.v1.InspectKeyResponse.owner_state:type_name -> shardlimiter.v1.KeyView
+	1, // 4: shardlimiter.v1.InspectKeyResponse.replica_state:type_name -> shardlimiter.v1.KeyView
+	0, // 5: shardlimiter.v1.Inspect.InspectKey:input_type -> shardlimiter.v1.InspectKeyRequest
+	3, // 6: shardlimiter.v1.Inspect.InspectKey:output_type -> shardlimiter.v1.InspectKeyResponse
+	6, // [6:7] is the sub-list for method output_type
+	5, // [5:6] is the sub-list for method input_type
+	5, // [5:5] is the sub-list for extension type_name
+	5, // [5:5] is the sub-list for extension extendee
+	0, // [0:5] is the sub-list for field type_name
 }
 
 func init() { file_shardlimiter_v1_inspect_proto_init() }
@@ -342,7 +425,7 @@ func file_shardlimiter_v1_inspect_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_shardlimiter_v1_inspect_proto_rawDesc), len(file_shardlimiter_v1_inspect_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   3,
+			NumMessages:   4,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
