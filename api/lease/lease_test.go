@@ -140,7 +140,7 @@ func TestInvalidRequests(t *testing.T) {
 		"no unique key":     {From: "i", Key: "\x04rule", Rule: tb, Want: 1},
 		"empty rule name":   {From: "i", Key: "\x00key", Rule: tb, Want: 1},
 		"not a table key":   {From: "i", Key: "\xff", Rule: tb, Want: 1},
-		"sliding window":    {From: "i", Key: "\x04rulekey", Rule: limit.Rule{Algorithm: limit.SlidingWindow, Limit: 1, Period: time.Second}, Want: 1},
+		"leaky bucket":      {From: "i", Key: "\x04rulekey", Rule: limit.Rule{Algorithm: limit.LeakyBucket, Limit: 1, Period: time.Second}, Want: 1},
 		"negative leftover": {From: "i", Key: "\x04rulekey", Rule: tb, Leftover: -1, Release: 1},
 	} {
 		if _, err := call(t, addr, r); status.Code(err) != codes.InvalidArgument {
