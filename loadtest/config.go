@@ -107,7 +107,7 @@ func newFlagSet(out io.Writer, c *config, r *rawFlags) *flag.FlagSet {
 	fs.StringVar(&r.metricsTargets, "metrics-targets", "", "comma-separated HTTP addresses whose /metrics give server CPU (automatic with --local)")
 	fs.BoolVar(&c.calibrate, "calibrate", false, "first measure an in-process admit-everything gRPC server: the transport ceiling")
 	fs.BoolVar(&c.calibrateProc, "calibrate-process", false, "with --calibrate: run the calibration server as a process of its own, with a node's transport settings, and report its server CPU as a node's")
-	fs.StringVar(&r.mode, "mode", modeThroughput, "throughput, accuracy or idle (with --local: each node's CPU ticks from /proc over --duration, with no calls)")
+	fs.StringVar(&r.mode, "mode", modeThroughput, "throughput, accuracy, idle (with --local: each node's CPU ticks from /proc over --duration, with no calls) or nemesis (a --local cluster of 3–5 nodes under a mixed load and a --seed schedule of faults, judged afterwards: docs/RELIABILITY.md)")
 	fs.DurationVar(&c.duration, "duration", 10*time.Second, "length of the run (accuracy: per algorithm, default 4s; idle: the measured window, default 20s)")
 	fs.DurationVar(&c.idleLoad, "idle-load", 0, "idle mode: first load the cluster this long with the throughput flags, then leave it alone (0 = no load)")
 	fs.DurationVar(&c.idleSettle, "idle-settle", 10*time.Second, "idle mode: wait this long after forming (or after --idle-load) before measuring")
@@ -168,6 +168,10 @@ func (c *config) applyModeDefaults(set map[string]bool, r *rawFlags) {
 	if c.mode == modeIdle && !set["duration"] {
 		c.duration = idleDuration
 	}
+	if c.mode == modeNemesis {
+		c.applyNemesisDefaults(set)
+		return
+	}
 	if c.mode == modeAccuracy {
 		if !set["limit"] {
 			c.rule.Limit = accuracyLimit
@@ -203,8 +207,10 @@ func (c *config) validate(set map[string]bool) error {
 	var errs []error
 	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
 	switch {
-	case c.mode != modeThroughput && c.mode != modeAccuracy && c.mode != modeIdle:
-		bad("--mode: want throughput, accuracy or idle, got %q", c.mode)
+	case c.mode != modeThroughput && c.mode != modeAccuracy && c.mode != modeIdle && c.mode != modeNemesis:
+		bad("--mode: want throughput, accuracy, idle or nemesis, got %q", c.mode)
+	case c.mode == modeNemesis && (c.local < 3 || c.local > 5 || c.calibrate || c.api != apiNative || c.client != clientPlain || c.churnSpec != ""):
+		bad("--mode nemesis: runs its own load and faults on a --local cluster of 3 to 5 nodes (default 3), native API, plain client, without --calibrate or --churn")
 	case c.mode == modeIdle && (c.local == 0 || c.calibrate):
 		bad("--mode idle: measures the processes of a --local cluster, without --calibrate")
 	case c.mode != modeIdle && (set["idle-load"] || set["idle-settle"]):

@@ -124,6 +124,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "loadtest: %v\n", err)
 		return exitFail
 	}
+	if cfg.mode == modeNemesis {
+		defer stopProfile()
+		return executeNemesis(ctx, cfg, stdout, stderr)
+	}
 	if cfg.mode == modeIdle {
 		defer stopProfile()
 		return executeIdle(ctx, cfg, stdout, stderr)

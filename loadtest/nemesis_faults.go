@@ -1,0 +1,240 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/shardlimiter/shardlimiter/internal/netns"
+)
+
+// injector applies a fault schedule to a local cluster, each fault in a
+// goroutine of its own so that they overlap. Process faults of one node
+// take that node's lock, an allstop takes them all: a fault whose node is
+// still busy starts late, and its actual start is reported.
+type injector struct {
+	c         *localCluster
+	lab       *netns.Lab // nil: no network faults
+	stateDirs []string   // per node (0-based)
+	scr       *scraper
+	start     time.Time
+	log       io.Writer
+
+	mu     sync.Mutex // guards c.nodes while faults replace nodes
+	nodeMu []sync.Mutex
+	logMu  sync.Mutex
+}
+
+// node returns node num (1-based).
+func (in *injector) node(num int) *localNode {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.c.nodes[num-1]
+}
+
+// running returns the nodes whose processes run, nil for the others.
+func (in *injector) running() []*localNode {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	out := make([]*localNode, len(in.c.nodes))
+	for i, nd := range in.c.nodes {
+		if nd.running() {
+			out[i] = nd
+		}
+	}
+	return out
+}
+
+// run applies every fault at its planned time and returns when all are
+// over (ctx's end cuts the waits short, never a restart).
+func (in *injector) run(ctx context.Context, faults []fault) {
+	var wg sync.WaitGroup
+	for i := range faults {
+		f := &faults[i]
+		wg.Go(func() {
+			if !sleepUntil(ctx, in.start.Add(time.Duration(f.AtS*1e9))) {
+				f.Error = "the run ended first"
+				return
+			}
+			in.apply(ctx, f)
+		})
+	}
+	wg.Wait()
+}
+
+// apply performs f, fills its actual times and logs it.
+func (in *injector) apply(ctx context.Context, f *fault) {
+	hold := func() { sleepCtx(ctx, time.Duration(f.ForS*1e9)) }
+	var err error
+	switch f.Kind {
+	case faultKill, faultTerm, faultCorrupt, faultStop:
+		err = in.process(ctx, f, hold)
+	case faultAllStop:
+		err = in.allStop(ctx, f, hold)
+	case faultPartition:
+		err = in.network(f, hold, func(name string) error {
+			return in.lab.Drop(name, [2][]int{idx(f.Nodes), idx(f.Others)}, [2][]int{idx(f.Others), idx(f.Nodes)})
+		},
+			in.lab.Undrop)
+	case faultOneWay:
+		err = in.network(f, hold, func(name string) error { return in.lab.Drop(name, [2][]int{idx(f.Nodes), idx(f.Others)}) }, in.lab.Undrop)
+	case faultNetem:
+		err = in.network(f, hold, func(string) error { return in.lab.Netem(f.Nodes[0]-1, strings.Fields(f.Netem)...) },
+			func(string) error { return in.lab.NetemOff(f.Nodes[0] - 1) })
+	case faultDiskFull:
+		err = in.diskFull(f, hold)
+	}
+	f.EndS = in.offset()
+	if err != nil {
+		f.Error = err.Error()
+	}
+	in.logMu.Lock()
+	fmt.Fprintf(in.log, "loadtest: %.1fs–%.1fs %s %s\n", f.StartS, f.EndS, f.Kind, f.describe())
+	in.logMu.Unlock()
+}
+
+func (in *injector) offset() float64 { return time.Since(in.start).Seconds() }
+
+// idx turns 1-based node numbers into 0-based indices.
+func idx(nodes []int) []int {
+	out := make([]int, len(nodes))
+	for i, n := range nodes {
+		out[i] = n - 1
+	}
+	return out
+}
+
+// process kills (SIGKILL, SIGTERM) and restarts one node, damaging its
+// snapshot in between for a corrupt fault, or stops and continues it.
+func (in *injector) process(ctx context.Context, f *fault, hold func()) error {
+	num := f.Nodes[0]
+	in.nodeMu[num-1].Lock()
+	defer in.nodeMu[num-1].Unlock()
+	f.StartS = in.offset()
+	nd := in.node(num)
+	if !nd.running() {
+		return fmt.Errorf("node %d is not running", num)
+	}
+	in.scr.peakRSS(num-1, nd.cmd.Process.Pid)
+	if f.Kind == faultStop {
+		if err := signalGroup(nd.cmd, sigStop); err != nil {
+			return err
+		}
+		hold()
+		return signalGroup(nd.cmd, sigCont)
+	}
+	sig := sigKill
+	if f.Kind == faultTerm {
+		sig = sigTerm
+	}
+	err := killAndWait(nd, sig)
+	if err == nil && f.Kind == faultCorrupt {
+		err = corruptSnapshot(filepath.Join(in.stateDirs[num-1], nodeName(num)+".snapshot"))
+	}
+	hold()
+	return errors.Join(err, in.restart(num, nd))
+}
+
+// killAndWait signals nd and waits for its exit; after leaveWithin it is
+// killed and the wait reported as failed.
+func killAndWait(nd *localNode, sig churnSignal) error {
+	if err := signalGroup(nd.cmd, sig); err != nil {
+		return err
+	}
+	select {
+	case <-nd.exited:
+		return nil
+	case <-time.After(leaveWithin):
+		signalGroup(nd.cmd, sigKill)
+		<-nd.exited
+		return fmt.Errorf("%s still running %v after the signal: killed", nd.name, leaveWithin)
+	}
+}
+
+// restart starts node num again (its previous process prev) and puts it
+// in place.
+func (in *injector) restart(num int, prev *localNode) error {
+	nd, _, err := in.c.launch(num, prev)
+	if err != nil {
+		return fmt.Errorf("restart of node %d: %w", num, err)
+	}
+	in.mu.Lock()
+	in.c.nodes[num-1] = nd
+	in.mu.Unlock()
+	return nil
+}
+
+// allStop sends SIGTERM to every node at once, waits for every exit, and
+// restarts them all at once (each joins whichever others are back).
+func (in *injector) allStop(ctx context.Context, f *fault, hold func()) error {
+	for i := range in.nodeMu {
+		in.nodeMu[i].Lock()
+		defer in.nodeMu[i].Unlock()
+	}
+	f.StartS = in.offset()
+	nodes := in.running()
+	errs := make([]error, len(nodes))
+	var wg sync.WaitGroup
+	for i, nd := range nodes {
+		if nd != nil {
+			in.scr.peakRSS(i, nd.cmd.Process.Pid)
+			wg.Go(func() { errs[i] = killAndWait(nd, sigTerm) })
+		}
+	}
+	wg.Wait()
+	hold()
+	for i := range nodes {
+		wg.Go(func() { errs[i] = errors.Join(errs[i], in.restart(i+1, in.node(i+1))) })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// network applies a network fault through on (given a table name of its
+// own), holds it, and removes it through off.
+func (in *injector) network(f *fault, hold func(), on, off func(name string) error) error {
+	f.StartS = in.offset()
+	name := fmt.Sprintf("nemesis_%s_%d", f.Kind, int(f.AtS*1000))
+	if err := on(name); err != nil {
+		return err
+	}
+	hold()
+	return off(name)
+}
+
+// diskFull fills the tmpfs under a node's state dir, holds, and frees it.
+func (in *injector) diskFull(f *fault, hold func()) error {
+	f.StartS = in.offset()
+	path := filepath.Join(in.stateDirs[f.Nodes[0]-1], "nemesis-filler")
+	fill, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	chunk := make([]byte, 1<<20)
+	for err == nil {
+		_, err = fill.Write(chunk)
+	}
+	fill.Close()
+	hold()
+	return os.Remove(path)
+}
+
+// corruptSnapshot flips 64 bytes in the middle of a snapshot file: the
+// node must refuse it whole at its next start.
+func corruptSnapshot(path string) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("corrupt: %w", err)
+	}
+	mid := len(b) / 2
+	for i := mid; i < min(mid+64, len(b)); i++ {
+		b[i] ^= 0xa5
+	}
+	return os.WriteFile(path, b, 0o600)
+}
