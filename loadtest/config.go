@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"strings"
 	"time"
 
@@ -67,6 +68,7 @@ type config struct {
 	hits       int64
 	seed       uint64
 
+	faults    []string     // --faults: nemesis fault kinds; nil = all
 	churn     []churnEvent // --churn, in time order; nil without
 	churnSpec string
 
@@ -82,9 +84,9 @@ var errFlagParse = errors.New("bad flag")
 
 // rawFlags holds the flag values before validation.
 type rawFlags struct {
-	targets, metricsTargets, mode, dist, algorithm string
-	limit, burst                                   int64
-	period                                         time.Duration
+	targets, metricsTargets, mode, dist, algorithm, faults string
+	limit, burst                                           int64
+	period                                                 time.Duration
 }
 
 func newFlagSet(out io.Writer, c *config, r *rawFlags) *flag.FlagSet {
@@ -104,6 +106,7 @@ func newFlagSet(out io.Writer, c *config, r *rawFlags) *flag.FlagSet {
 	fs.StringVar(&c.tlsKey, "tls-key", "", "PEM key of --tls-cert")
 	fs.StringVar(&c.serverBin, "server-bin", "", "with --local: use this shardlimiter binary instead of building one")
 	fs.StringVar(&c.churnSpec, "churn", "", "accuracy mode with --local: membership events during each algorithm's run, `OFFSET:EVENT,…` with EVENT join, leave=I, kill=I, restart=I or stop=I/D (I = node number from 1 in start order, node 1 never; D = pause), e.g. 6s:join,14s:leave=2,22s:restart=2; each algorithm gets a fresh cluster")
+	fs.StringVar(&r.faults, "faults", "", "--mode nemesis: the fault kinds to inject, a comma list of kill, term, stop, partition, oneway, netem, diskfull, corrupt, allstop (default all; the network and disk ones need root)")
 	fs.StringVar(&r.metricsTargets, "metrics-targets", "", "comma-separated HTTP addresses whose /metrics give server CPU (automatic with --local)")
 	fs.BoolVar(&c.calibrate, "calibrate", false, "first measure an in-process admit-everything gRPC server: the transport ceiling")
 	fs.BoolVar(&c.calibrateProc, "calibrate-process", false, "with --calibrate: run the calibration server as a process of its own, with a node's transport settings, and report its server CPU as a node's")
@@ -149,6 +152,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	c.targets = splitList(r.targets)
+	c.faults = splitList(r.faults)
 	c.metricsTargets = splitList(r.metricsTargets)
 	c.mode, c.dist = r.mode, r.dist
 	var err error
@@ -254,6 +258,14 @@ func (c *config) validate(set map[string]bool) error {
 		}
 	}
 	c.validateChurn(bad)
+	for _, k := range c.faults {
+		if !slices.Contains(faultKinds, k) {
+			bad("--faults: unknown kind %q (want %s)", k, strings.Join(faultKinds, ", "))
+		}
+	}
+	if len(c.faults) > 0 && c.mode != modeNemesis {
+		bad("--faults applies to --mode nemesis")
+	}
 	return errors.Join(errs...)
 }
 

@@ -131,7 +131,7 @@ func runNemesis(ctx context.Context, cfg *config, bin string, log io.Writer) (*n
 	ks := newKeySpace(runID(cfg.seed), cfg.ruleFor)
 	rec := newRecorder(len(ks.names))
 	scr := newScraper(cfg.local)
-	in := &injector{c: c, lab: r.lab, stateDirs: r.stateDirs, scr: scr, log: log, nodeMu: make([]sync.Mutex, cfg.local)}
+	in := &injector{c: c, lab: r.lab, netem: r.lab != nil && r.lab.HasNetem(), stateDirs: r.stateDirs, scr: scr, log: log, nodeMu: make([]sync.Mutex, cfg.local)}
 	faults := planFaults(cfg.seed, cfg.local, cfg.duration, r.kinds())
 	fmt.Fprintf(log, "loadtest: nemesis seed %d: %d faults over %v\n", cfg.seed, len(faults), cfg.duration)
 	start := r.drive(ctx, ts, ks, rec, scr, in, faults)
@@ -244,7 +244,7 @@ func (r *nemesisRun) configure(c *localCluster) {
 func (r *nemesisRun) kinds() []string {
 	var out []string
 	for _, k := range faultKinds {
-		if r.lab != nil || !needsRoot(k) {
+		if (r.lab != nil || !needsRoot(k)) && (len(r.cfg.faults) == 0 || slices.Contains(r.cfg.faults, k)) {
 			out = append(out, k)
 		}
 	}
@@ -309,6 +309,7 @@ func grepPanics(path string, node int) []string {
 // teardown removes what setup made.
 func (r *nemesisRun) teardown() {
 	if r.dir != "" {
+		httpClient.CloseIdleConnections()
 		dialOptions, httpClient.Transport = r.dialOptions, r.transport
 	}
 	for _, f := range r.logs {

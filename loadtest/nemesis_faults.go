@@ -21,6 +21,7 @@ import (
 type injector struct {
 	c         *localCluster
 	lab       *netns.Lab // nil: no network faults
+	netem     bool       // the kernel has tc netem
 	stateDirs []string   // per node (0-based)
 	scr       *scraper
 	start     time.Time
@@ -85,8 +86,7 @@ func (in *injector) apply(ctx context.Context, f *fault) {
 	case faultOneWay:
 		err = in.network(f, hold, func(name string) error { return in.lab.Drop(name, [2][]int{idx(f.Nodes), idx(f.Others)}) }, in.lab.Undrop)
 	case faultNetem:
-		err = in.network(f, hold, func(string) error { return in.lab.Netem(f.Nodes[0]-1, strings.Fields(f.Netem)...) },
-			func(string) error { return in.lab.NetemOff(f.Nodes[0] - 1) })
+		err = in.network(f, hold, in.slowOn(f), in.slowOff(f))
 	case faultDiskFull:
 		err = in.diskFull(f, hold)
 	}
@@ -206,6 +206,34 @@ func (in *injector) network(f *fault, hold func(), on, off func(name string) err
 	}
 	hold()
 	return off(name)
+}
+
+// slowOn returns how a netem fault starts: tc netem, or where the kernel
+// has none a token-bucket qdisc whose queue delays the node's packets and
+// an nftables loss on the switch (f.Netem says which).
+func (in *injector) slowOn(f *fault) func(name string) error {
+	i := f.Nodes[0] - 1
+	if in.netem {
+		return func(string) error { return in.lab.Netem(i, strings.Fields(f.Netem)...) }
+	}
+	latency := fmt.Sprintf("%dms", f.delay+f.jitter)
+	f.Netem = fmt.Sprintf("tbf rate %s latency %s, loss %d%% (no netem in this kernel)", throttleRate, latency, f.loss)
+	return func(name string) error { return in.lab.Throttle(name, i, throttleRate, latency, f.loss) }
+}
+
+// throttleRate is the link rate of a netem fault without netem.
+const throttleRate = "512kbit"
+
+// slowOff returns how a netem fault ends.
+func (in *injector) slowOff(f *fault) func(name string) error {
+	i := f.Nodes[0] - 1
+	return func(name string) error {
+		err := in.lab.NetemOff(i)
+		if !in.netem {
+			err = errors.Join(err, in.lab.Undrop(name))
+		}
+		return err
+	}
 }
 
 // diskFull fills the tmpfs under a node's state dir, holds, and frees it.

@@ -44,12 +44,13 @@ func processFault(kind string) bool {
 // fault is one planned fault and, once run, what happened. Times are
 // seconds from the start of the load.
 type fault struct {
-	Kind   string  `json:"kind"`
-	Nodes  []int   `json:"nodes"`            // 1-based; the kill's node, the partition's first group
-	Others []int   `json:"others,omitempty"` // partition, oneway: the second group (oneway drops Nodes → Others)
-	Netem  string  `json:"netem,omitempty"`  // netem's tc arguments
-	AtS    float64 `json:"planned_at_s"`
-	ForS   float64 `json:"planned_for_s"` // down, stopped, cut or full this long
+	Kind                string  `json:"kind"`
+	Nodes               []int   `json:"nodes"`            // 1-based; the kill's node, the partition's first group
+	Others              []int   `json:"others,omitempty"` // partition, oneway: the second group (oneway drops Nodes → Others)
+	Netem               string  `json:"netem,omitempty"`  // what the slow link did
+	delay, jitter, loss int     // netem: ms, ms, %
+	AtS                 float64 `json:"planned_at_s"`
+	ForS                float64 `json:"planned_for_s"` // down, stopped, cut or full this long
 
 	StartS float64 `json:"start_s"`
 	// EndS is when the fault was over: the node ready again, the cut
@@ -128,7 +129,8 @@ func (p *planner) draw(kind string, t float64) fault {
 	case faultNetem:
 		f.ForS = span(3, 8)
 		f.Nodes = []int{1 + p.rng.IntN(p.nodes)}
-		f.Netem = fmt.Sprintf("delay %dms %dms loss %d%%", 50+p.rng.IntN(250), 10+p.rng.IntN(90), p.rng.IntN(20))
+		f.delay, f.jitter, f.loss = 50+p.rng.IntN(250), 10+p.rng.IntN(90), p.rng.IntN(20)
+		f.Netem = fmt.Sprintf("delay %dms %dms loss %d%%", f.delay, f.jitter, f.loss)
 		f.AtS = max(t, p.emBusy)
 		return f
 	case faultDiskFull:

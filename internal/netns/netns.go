@@ -175,9 +175,39 @@ func (l *Lab) Netem(i int, args ...string) error {
 	return run("ip", append([]string{"netns", "exec", l.ns[i], "tc", "qdisc", "replace", "dev", "eth0", "root", "netem"}, args...)...)
 }
 
-// NetemOff removes node i's netem qdisc.
+// NetemOff removes node i's qdisc (Netem's or Throttle's).
 func (l *Lab) NetemOff(i int) error {
 	return run("ip", "netns", "exec", l.ns[i], "tc", "qdisc", "del", "dev", "eth0", "root")
+}
+
+// HasNetem reports whether the kernel has tc's netem (sch_netem), tried on
+// the switch's loopback.
+func (l *Lab) HasNetem() bool {
+	if run("ip", "netns", "exec", l.hub, "tc", "qdisc", "add", "dev", "lo", "root", "netem", "delay", "1ms") != nil {
+		return false
+	}
+	return run("ip", "netns", "exec", l.hub, "tc", "qdisc", "del", "dev", "lo", "root") == nil
+}
+
+// Throttle is what a kernel without netem can do to node i's link: a
+// token-bucket qdisc of rate (e.g. "256kbit") on its eth0, whose queue
+// delays its packets up to latency (e.g. "300ms"), and, in nftables table
+// name on the switch, a loss of lossPct % of the packets from and to it.
+// NetemOff and Undrop(name) remove them.
+func (l *Lab) Throttle(name string, i int, rate, latency string, lossPct int) error {
+	if err := run("ip", "netns", "exec", l.ns[i], "tc", "qdisc", "replace", "dev", "eth0", "root", "tbf",
+		"rate", rate, "burst", "16kbit", "latency", latency); err != nil {
+		return err
+	}
+	ip := l.ips[i]
+	spec := fmt.Sprintf("table bridge %s {\n\tchain loss {\n\t\ttype filter hook forward priority 0; policy accept;\n"+
+		"\t\tip saddr %s numgen random mod 100 < %d drop\n\t\tip daddr %s numgen random mod 100 < %d drop\n\t}\n}\n", name, ip, lossPct, ip, lossPct)
+	cmd := exec.Command("ip", "netns", "exec", l.hub, "nft", "-f", "-")
+	cmd.Stdin = strings.NewReader(spec)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("netns: nft table %s: %w: %s", name, err, out)
+	}
+	return nil
 }
 
 // Command returns the command that runs bin with args in node i's
