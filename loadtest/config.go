@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/shardlimiter/shardlimiter/loadtest/nemesis"
 	"io"
 	"math"
 	"slices"
@@ -259,8 +260,8 @@ func (c *config) validate(set map[string]bool) error {
 	}
 	c.validateChurn(bad)
 	for _, k := range c.faults {
-		if !slices.Contains(faultKinds, k) {
-			bad("--faults: unknown kind %q (want %s)", k, strings.Join(faultKinds, ", "))
+		if !slices.Contains(nemesis.Kinds, k) {
+			bad("--faults: unknown kind %q (want %s)", k, strings.Join(nemesis.Kinds, ", "))
 		}
 	}
 	if len(c.faults) > 0 && c.mode != modeNemesis {

@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/shardlimiter/shardlimiter/limit"
+	"github.com/shardlimiter/shardlimiter/loadtest/nemesis"
 	"io"
 	"math/rand/v2"
 	"net"
@@ -73,7 +75,7 @@ func executeNemesis(ctx context.Context, cfg *config, stdout, stderr io.Writer) 
 			enc.SetIndent("", "  ")
 			err = enc.Encode(rep)
 		} else {
-			err = writeNemesis(stdout, rep)
+			err = nemesis.WriteText(stdout, rep)
 		}
 	}
 	if err != nil {
@@ -102,7 +104,7 @@ type nemesisRun struct {
 }
 
 // runNemesis sets up, runs the load and the faults, and judges.
-func runNemesis(ctx context.Context, cfg *config, bin string, log io.Writer) (*nemesisReport, error) {
+func runNemesis(ctx context.Context, cfg *config, bin string, log io.Writer) (*nemesis.Report, error) {
 	if cfg.seed == 0 {
 		cfg.seed = rand.Uint64()
 	}
@@ -128,31 +130,32 @@ func runNemesis(ctx context.Context, cfg *config, bin string, log io.Writer) (*n
 		return nil, err
 	}
 	rep := r.newReport()
-	ks := newKeySpace(runID(cfg.seed), cfg.ruleFor)
-	rec := newRecorder(len(ks.names))
-	scr := newScraper(cfg.local)
+	ks := nemesis.NewKeySpace(runID(cfg.seed), cfg.ruleFor)
+	rec := nemesis.NewRecorder(len(ks.Names))
+	scr := nemesis.NewScraper(cfg.local, httpClient, httpScheme)
 	in := &injector{c: c, lab: r.lab, netem: r.lab != nil && r.lab.HasNetem(), stateDirs: r.stateDirs, scr: scr, log: log, nodeMu: make([]sync.Mutex, cfg.local)}
-	faults := planFaults(cfg.seed, cfg.local, cfg.duration, r.kinds())
+	faults := nemesis.Plan(cfg.seed, cfg.local, cfg.duration, r.kinds())
 	fmt.Fprintf(log, "loadtest: nemesis seed %d: %d faults over %v\n", cfg.seed, len(faults), cfg.duration)
 	start := r.drive(ctx, ts, ks, rec, scr, in, faults)
-	rep.Faults, rep.RecordFull = faults, rec.full
-	rep.countFaults()
-	j := &historyJudge{start: start.UnixNano(), ks: ks, rec: rec, hits: cfg.hits, faults: rep.Faults, rises: scr.rises(), rep: rep}
-	j.judge()
+	rep.Faults, rep.RecordFull = faults, rec.Full()
+	rep.CountFaults()
+	j := &nemesis.Judge{Start: start.UnixNano(), Keys: ks, Rec: rec, Hits: cfg.hits, Faults: rep.Faults, Rises: scr.Rises(),
+		Bound: bound, Replay: replayAttempts}
+	j.Run(rep)
 	r.finish(rep, scr)
 	return rep, nil
 }
 
-// drive runs the load for --duration with the scraper and the faults
+// drive runs the load for --duration with the nemesis.Scraper and the faults
 // alongside, and returns the load's start.
-func (r *nemesisRun) drive(ctx context.Context, ts []*target, ks *keySpace, rec *recorder, scr *scraper, in *injector, faults []fault) time.Time {
+func (r *nemesisRun) drive(ctx context.Context, ts []*target, ks *nemesis.KeySpace, rec *nemesis.Recorder, scr *nemesis.Scraper, in *injector, faults []nemesis.Fault) time.Time {
 	start := time.Now()
 	in.start = start
 	lctx, stopLoad := context.WithDeadline(ctx, start.Add(r.cfg.duration))
 	defer stopLoad()
 	sctx, stopScrape := context.WithCancel(ctx)
 	var scraping, load sync.WaitGroup
-	scraping.Go(func() { scr.run(sctx, in.running) })
+	scraping.Go(func() { scr.Run(sctx, in.targets) })
 	for w := range r.cfg.concurrency {
 		nw := &nemesisWorker{ks: ks, ts: ts, rec: rec, hits: r.cfg.hits, rpcTO: r.cfg.rpcTimeout,
 			rng: rand.New(rand.NewPCG(r.cfg.seed, uint64(w))), next: w}
@@ -243,37 +246,35 @@ func (r *nemesisRun) configure(c *localCluster) {
 // kinds returns the fault kinds this run can inject.
 func (r *nemesisRun) kinds() []string {
 	var out []string
-	for _, k := range faultKinds {
-		if (r.lab != nil || !needsRoot(k)) && (len(r.cfg.faults) == 0 || slices.Contains(r.cfg.faults, k)) {
+	for _, k := range nemesis.Kinds {
+		if (r.lab != nil || !nemesis.NeedsRoot(k)) && (len(r.cfg.faults) == 0 || slices.Contains(r.cfg.faults, k)) {
 			out = append(out, k)
 		}
 	}
 	return out
 }
 
-func (r *nemesisRun) newReport() *nemesisReport {
-	rep := &nemesisReport{Mode: modeNemesis, Seed: r.cfg.seed, Nodes: r.cfg.local, DurationS: r.cfg.duration.Seconds(),
+func (r *nemesisRun) newReport() *nemesis.Report {
+	rep := &nemesis.Report{Mode: modeNemesis, Seed: r.cfg.seed, Nodes: r.cfg.local, DurationS: r.cfg.duration.Seconds(),
 		Namespaces: r.lab != nil, Skipped: r.skipped, Workers: r.cfg.concurrency,
 		OverByAlgorithm: map[string]int64{}, OverByFault: map[string]int64{},
 		MemoryBudget: nemesisNodeMemory << 20}
-	for _, a := range nemesisAlgorithms {
+	for _, a := range nemesis.Algorithms {
 		rep.Rules = append(rep.Rules, fmt.Sprint(r.cfg.ruleFor(a)))
 	}
 	rep.Rules = append(rep.Rules, fmt.Sprintf("keys per algorithm: %d hot (%.0f%% of the checks), %d cold; batches 1–%d; API native",
-		nemesisHotKeys, nemesisHotShare*100, nemesisColdKeys, nemesisMaxBatch))
+		nemesis.HotKeys, nemesis.HotShare*100, nemesis.ColdKeys, nemesis.MaxBatch))
 	return rep
 }
 
 // finish adds what the nodes left: panics in their stderr, peak RSS; and
 // the verdict.
-func (r *nemesisRun) finish(rep *nemesisReport, scr *scraper) {
+func (r *nemesisRun) finish(rep *nemesis.Report, scr *nemesis.Scraper) {
 	for i, f := range r.logs {
 		f.Sync()
 		rep.Panics = append(rep.Panics, grepPanics(f.Name(), i+1)...)
 	}
-	scr.mu.Lock()
-	rep.PeakRSS = append([]int64(nil), scr.hwm...)
-	scr.mu.Unlock()
+	rep.PeakRSS = scr.PeakRSSes()
 	rep.RSSWithin = true
 	for _, b := range rep.PeakRSS {
 		rep.RSSWithin = rep.RSSWithin && b <= rep.MemoryBudget
@@ -281,10 +282,10 @@ func (r *nemesisRun) finish(rep *nemesisReport, scr *scraper) {
 	rep.OverAdmittedPct = pct(rep.OverAdmittedHits, rep.BoundHits)
 	rep.UnderAdmittedPct = pct(rep.UnderAdmittedHits, rep.ExpectedHits)
 	if rep.RecordFull {
-		rep.Notes = append(rep.Notes, fmt.Sprintf("the load stopped early: %d checks recorded", nemesisMaxChecks))
+		rep.Notes = append(rep.Notes, fmt.Sprintf("the load stopped early: %d checks recorded", nemesis.MaxChecks))
 	}
 	rep.Notes = append(rep.Notes, "over-admission is judged per key against a single perfect limiter from the key's first send (bounds.go), window by window; a window is covered by a counted fallback when a fallback, stand-in, handoff-incomplete or replica-fallback counter of any node rose within 1 s of it")
-	rep.verdict()
+	rep.Verdict()
 }
 
 // grepPanics returns the lines of a node's stderr that start a panic or a
@@ -328,4 +329,16 @@ func (r *nemesisRun) teardown() {
 	if r.dir != "" {
 		os.RemoveAll(r.dir)
 	}
+}
+
+// replayAttempts is expected (bounds.go) for the checker's attempts.
+func replayAttempts(r limit.Rule, at []nemesis.Attempt) int64 {
+	conv := make([]attempt, len(at))
+	for i, a := range at {
+		conv[i] = attempt{send: a.Send, recv: a.Recv, hits: a.Hits, admitted: a.Admitted}
+		if a.Failed {
+			conv[i].fail = failRPC
+		}
+	}
+	return expected(r, conv)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/shardlimiter/shardlimiter/loadtest/nemesis"
 	"io"
 	"os"
 	"path/filepath"
@@ -23,7 +24,7 @@ type injector struct {
 	lab       *netns.Lab // nil: no network faults
 	netem     bool       // the kernel has tc netem
 	stateDirs []string   // per node (0-based)
-	scr       *scraper
+	scr       *nemesis.Scraper
 	start     time.Time
 	log       io.Writer
 
@@ -52,9 +53,21 @@ func (in *injector) running() []*localNode {
 	return out
 }
 
+// targets returns what the scraper reads of each node; a zero PID where
+// the node is down.
+func (in *injector) targets() []nemesis.Target {
+	out := make([]nemesis.Target, len(in.c.nodes))
+	for i, nd := range in.running() {
+		if nd != nil {
+			out[i] = nemesis.Target{HTTP: nd.http, PID: nd.cmd.Process.Pid}
+		}
+	}
+	return out
+}
+
 // run applies every fault at its planned time and returns when all are
 // over (ctx's end cuts the waits short, never a restart).
-func (in *injector) run(ctx context.Context, faults []fault) {
+func (in *injector) run(ctx context.Context, faults []nemesis.Fault) {
 	var wg sync.WaitGroup
 	for i := range faults {
 		f := &faults[i]
@@ -70,24 +83,24 @@ func (in *injector) run(ctx context.Context, faults []fault) {
 }
 
 // apply performs f, fills its actual times and logs it.
-func (in *injector) apply(ctx context.Context, f *fault) {
+func (in *injector) apply(ctx context.Context, f *nemesis.Fault) {
 	hold := func() { sleepCtx(ctx, time.Duration(f.ForS*1e9)) }
 	var err error
 	switch f.Kind {
-	case faultKill, faultTerm, faultCorrupt, faultStop:
+	case nemesis.Kill, nemesis.Term, nemesis.Corrupt, nemesis.Stop:
 		err = in.process(ctx, f, hold)
-	case faultAllStop:
+	case nemesis.AllStop:
 		err = in.allStop(ctx, f, hold)
-	case faultPartition:
+	case nemesis.Partition:
 		err = in.network(f, hold, func(name string) error {
 			return in.lab.Drop(name, [2][]int{idx(f.Nodes), idx(f.Others)}, [2][]int{idx(f.Others), idx(f.Nodes)})
 		},
 			in.lab.Undrop)
-	case faultOneWay:
+	case nemesis.OneWay:
 		err = in.network(f, hold, func(name string) error { return in.lab.Drop(name, [2][]int{idx(f.Nodes), idx(f.Others)}) }, in.lab.Undrop)
-	case faultNetem:
+	case nemesis.Netem:
 		err = in.network(f, hold, in.slowOn(f), in.slowOff(f))
-	case faultDiskFull:
+	case nemesis.DiskFull:
 		err = in.diskFull(f, hold)
 	}
 	f.EndS = in.offset()
@@ -95,7 +108,7 @@ func (in *injector) apply(ctx context.Context, f *fault) {
 		f.Error = err.Error()
 	}
 	in.logMu.Lock()
-	fmt.Fprintf(in.log, "loadtest: %.1fs–%.1fs %s %s\n", f.StartS, f.EndS, f.Kind, f.describe())
+	fmt.Fprintf(in.log, "loadtest: %.1fs–%.1fs %s %s\n", f.StartS, f.EndS, f.Kind, f.Describe())
 	in.logMu.Unlock()
 }
 
@@ -112,7 +125,7 @@ func idx(nodes []int) []int {
 
 // process kills (SIGKILL, SIGTERM) and restarts one node, damaging its
 // snapshot in between for a corrupt fault, or stops and continues it.
-func (in *injector) process(ctx context.Context, f *fault, hold func()) error {
+func (in *injector) process(ctx context.Context, f *nemesis.Fault, hold func()) error {
 	num := f.Nodes[0]
 	in.nodeMu[num-1].Lock()
 	defer in.nodeMu[num-1].Unlock()
@@ -121,8 +134,8 @@ func (in *injector) process(ctx context.Context, f *fault, hold func()) error {
 	if !nd.running() {
 		return fmt.Errorf("node %d is not running", num)
 	}
-	in.scr.peakRSS(num-1, nd.cmd.Process.Pid)
-	if f.Kind == faultStop {
+	in.scr.PeakRSS(num-1, nd.cmd.Process.Pid)
+	if f.Kind == nemesis.Stop {
 		if err := signalGroup(nd.cmd, sigStop); err != nil {
 			return err
 		}
@@ -130,11 +143,11 @@ func (in *injector) process(ctx context.Context, f *fault, hold func()) error {
 		return signalGroup(nd.cmd, sigCont)
 	}
 	sig := sigKill
-	if f.Kind == faultTerm {
+	if f.Kind == nemesis.Term {
 		sig = sigTerm
 	}
 	err := killAndWait(nd, sig)
-	if err == nil && f.Kind == faultCorrupt {
+	if err == nil && f.Kind == nemesis.Corrupt {
 		err = corruptSnapshot(filepath.Join(in.stateDirs[num-1], nodeName(num)+".snapshot"))
 	}
 	hold()
@@ -172,7 +185,7 @@ func (in *injector) restart(num int, prev *localNode) error {
 
 // allStop sends SIGTERM to every node at once, waits for every exit, and
 // restarts them all at once (each joins whichever others are back).
-func (in *injector) allStop(ctx context.Context, f *fault, hold func()) error {
+func (in *injector) allStop(ctx context.Context, f *nemesis.Fault, hold func()) error {
 	for i := range in.nodeMu {
 		in.nodeMu[i].Lock()
 		defer in.nodeMu[i].Unlock()
@@ -183,7 +196,7 @@ func (in *injector) allStop(ctx context.Context, f *fault, hold func()) error {
 	var wg sync.WaitGroup
 	for i, nd := range nodes {
 		if nd != nil {
-			in.scr.peakRSS(i, nd.cmd.Process.Pid)
+			in.scr.PeakRSS(i, nd.cmd.Process.Pid)
 			wg.Go(func() { errs[i] = killAndWait(nd, sigTerm) })
 		}
 	}
@@ -198,7 +211,7 @@ func (in *injector) allStop(ctx context.Context, f *fault, hold func()) error {
 
 // network applies a network fault through on (given a table name of its
 // own), holds it, and removes it through off.
-func (in *injector) network(f *fault, hold func(), on, off func(name string) error) error {
+func (in *injector) network(f *nemesis.Fault, hold func(), on, off func(name string) error) error {
 	f.StartS = in.offset()
 	name := fmt.Sprintf("nemesis_%s_%d", f.Kind, int(f.AtS*1000))
 	if err := on(name); err != nil {
@@ -211,21 +224,21 @@ func (in *injector) network(f *fault, hold func(), on, off func(name string) err
 // slowOn returns how a netem fault starts: tc netem, or where the kernel
 // has none a token-bucket qdisc whose queue delays the node's packets and
 // an nftables loss on the switch (f.Netem says which).
-func (in *injector) slowOn(f *fault) func(name string) error {
+func (in *injector) slowOn(f *nemesis.Fault) func(name string) error {
 	i := f.Nodes[0] - 1
 	if in.netem {
 		return func(string) error { return in.lab.Netem(i, strings.Fields(f.Netem)...) }
 	}
-	latency := fmt.Sprintf("%dms", f.delay+f.jitter)
-	f.Netem = fmt.Sprintf("tbf rate %s latency %s, loss %d%% (no netem in this kernel)", throttleRate, latency, f.loss)
-	return func(name string) error { return in.lab.Throttle(name, i, throttleRate, latency, f.loss) }
+	latency := fmt.Sprintf("%dms", f.Delay+f.Jitter)
+	f.Netem = fmt.Sprintf("tbf rate %s latency %s, loss %d%% (no netem in this kernel)", throttleRate, latency, f.Loss)
+	return func(name string) error { return in.lab.Throttle(name, i, throttleRate, latency, f.Loss) }
 }
 
 // throttleRate is the link rate of a netem fault without netem.
 const throttleRate = "512kbit"
 
 // slowOff returns how a netem fault ends.
-func (in *injector) slowOff(f *fault) func(name string) error {
+func (in *injector) slowOff(f *nemesis.Fault) func(name string) error {
 	i := f.Nodes[0] - 1
 	return func(name string) error {
 		err := in.lab.NetemOff(i)
@@ -237,7 +250,7 @@ func (in *injector) slowOff(f *fault) func(name string) error {
 }
 
 // diskFull fills the tmpfs under a node's state dir, holds, and frees it.
-func (in *injector) diskFull(f *fault, hold func()) error {
+func (in *injector) diskFull(f *nemesis.Fault, hold func()) error {
 	f.StartS = in.offset()
 	path := filepath.Join(in.stateDirs[f.Nodes[0]-1], "nemesis-filler")
 	fill, err := os.Create(path)

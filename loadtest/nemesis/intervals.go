@@ -1,4 +1,4 @@
-package main
+package nemesis
 
 import (
 	"fmt"
@@ -20,13 +20,13 @@ const (
 )
 
 // tickIndex maps a Unix-ns instant to its tick from the load's start.
-func (c *historyJudge) tickIndex(t int64) int { return int((t - c.start) / int64(scanTick)) }
+func (c *Judge) tickIndex(t int64) int { return int((t - c.Start) / int64(scanTick)) }
 
-func (c *historyJudge) tickTime(i int) int64 { return c.start + int64(i)*int64(scanTick) }
+func (c *Judge) tickTime(i int) int64 { return c.Start + int64(i)*int64(scanTick) }
 
 // prepareTicks builds the per-tick prefix sums of counted fallbacks and of
-// each fault kind in effect.
-func (c *historyJudge) prepareTicks() {
+// each Fault kind in effect.
+func (c *Judge) prepareTicks() {
 	c.ticks = c.tickIndex(c.end) + 2
 	mark := func(from, to int64, into []int32) {
 		for i := max(c.tickIndex(from), 0); i <= min(c.tickIndex(to), c.ticks-1); i++ {
@@ -34,17 +34,17 @@ func (c *historyJudge) prepareTicks() {
 		}
 	}
 	c.countedPre = make([]int32, c.ticks+1)
-	for _, r := range c.rises {
-		if r.counter < countedFallbacks {
-			mark(r.from-int64(countSlack), r.to+int64(countSlack), c.countedPre)
+	for _, r := range c.Rises {
+		if r.Counter < countedFallbacks {
+			mark(r.From-int64(countSlack), r.To+int64(countSlack), c.countedPre)
 		}
 	}
 	c.faultPre = map[string][]int32{}
-	for _, f := range c.faults {
+	for _, f := range c.Faults {
 		if c.faultPre[f.Kind] == nil {
 			c.faultPre[f.Kind] = make([]int32, c.ticks+1)
 		}
-		mark(c.start+int64(f.StartS*1e9), c.start+int64((f.EndS+faultSettle.Seconds())*1e9), c.faultPre[f.Kind])
+		mark(c.Start+int64(f.StartS*1e9), c.Start+int64((f.EndS+faultSettle.Seconds())*1e9), c.faultPre[f.Kind])
 	}
 	for _, pre := range append([][]int32{c.countedPre}, mapValues(c.faultPre)...) {
 		for i := 1; i < len(pre); i++ {
@@ -54,7 +54,7 @@ func (c *historyJudge) prepareTicks() {
 }
 
 func mapValues(m map[string][]int32) (out [][]int32) {
-	for _, k := range faultKinds {
+	for _, k := range Kinds {
 		if v, ok := m[k]; ok {
 			out = append(out, v)
 		}
@@ -69,7 +69,7 @@ func anyIn(pre []int32, s, e int) bool {
 }
 
 // keyOver is one key's worst spans: overall, outside counted fallbacks,
-// outside any fault, and per fault kind in effect.
+// outside any Fault, and per Fault kind in effect.
 type keyOver struct {
 	all, uncounted, outside int64
 	byKind                  map[string]int64
@@ -77,8 +77,8 @@ type keyOver struct {
 }
 
 // scanKey finds key k's over-admitted spans among its checks recs.
-func (c *historyJudge) scanKey(k int, recs []checkRec) keyOver {
-	rule := c.ks.rules[k/c.ks.perAlg()]
+func (c *Judge) scanKey(k int, recs []checkRec) keyOver {
+	rule := c.Keys.Rules[k/c.Keys.PerAlg()]
 	// pre[s*(lagCap+1)+l]: admitted checks sent in tick s answered at most
 	// l ticks later.
 	pre := make([]int32, c.ticks*(lagCap+1))
@@ -114,8 +114,8 @@ func (c *historyJudge) scanKey(k int, recs []checkRec) keyOver {
 			if d > shortSpan && d%int(time.Second/scanTick) != 0 {
 				continue
 			}
-			if over := admitted*c.hits - bound(rule, c.tickTime(s), c.tickTime(e)); over > 0 {
-				fresh := d < 2 || before*c.hits-bound(rule, c.tickTime(s), c.tickTime(e-1)) <= 0
+			if over := admitted*c.Hits - c.Bound(rule, c.tickTime(s), c.tickTime(e)); over > 0 {
+				fresh := d < 2 || before*c.Hits-c.Bound(rule, c.tickTime(s), c.tickTime(e-1)) <= 0
 				c.noteSpan(&ko, k, s, e, over, fresh)
 			}
 		}
@@ -126,7 +126,7 @@ func (c *historyJudge) scanKey(k int, recs []checkRec) keyOver {
 // noteSpan records an over-admitted span [s, e) of key k; fresh says the
 // answers of its last tick put it over (the span one tick shorter was
 // not), which marks that tick's window as not exact.
-func (c *historyJudge) noteSpan(ko *keyOver, k, s, e int, over int64, fresh bool) {
+func (c *Judge) noteSpan(ko *keyOver, k, s, e int, over int64, fresh bool) {
 	ko.all = max(ko.all, over)
 	if fresh {
 		w := &c.win[c.window(c.tickTime(e)-1)]
@@ -135,7 +135,7 @@ func (c *historyJudge) noteSpan(ko *keyOver, k, s, e int, over int64, fresh bool
 	slack := int(countSlack / scanTick)
 	if !anyIn(c.countedPre, s-slack, e+slack) && over > ko.uncounted {
 		ko.uncounted = over
-		ko.example = fmt.Sprintf("%s: %d hits over in [%.1fs, %.1fs)", c.ks.names[k], over, c.secs(c.tickTime(s)), c.secs(c.tickTime(e)))
+		ko.example = fmt.Sprintf("%s: %d hits over in [%.1fs, %.1fs)", c.Keys.Names[k], over, c.secs(c.tickTime(s)), c.secs(c.tickTime(e)))
 	}
 	inAny := false
 	for kind, pre := range c.faultPre {

@@ -1,4 +1,4 @@
-package main
+package nemesis
 
 import (
 	"bufio"
@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,7 +16,7 @@ import (
 // The node counters the nemesis checker reads. The first four record the
 // decisions README.md ("When the cluster changes") allows over the bound:
 // a window in which one of them rose is covered by a counted fallback.
-var nemesisCounters = []string{
+var Counters = []string{
 	"shardlimiter_peer_fallback_decisions_total",
 	"shardlimiter_peer_standin_decisions_total",
 	"shardlimiter_handoff_incomplete_total",
@@ -24,39 +25,49 @@ var nemesisCounters = []string{
 	"shardlimiter_snapshot_load_errors_total",
 }
 
-const countedFallbacks = 4 // the first four of nemesisCounters
+const countedFallbacks = 4 // the first four of Counters
 
-// scrapeEvery is the scraper's period.
+// scrapeEvery is the Scraper's period.
 const scrapeEvery = 500 * time.Millisecond
 
 // scrapeSample is one scrape of one node process.
 type scrapeSample struct {
 	at   int64 // Unix ns
 	pid  int
-	vals []float64 // by nemesisCounters
+	vals []float64 // by Counters
 }
 
-// scraper samples every node's counters and peak RSS.
-type scraper struct {
+// Scraper samples every node's counters and peak RSS.
+type Scraper struct {
+	client *http.Client
+	scheme string // "http://" or "https://"
+
 	mu      sync.Mutex
 	samples [][]scrapeSample // per node (0-based)
 	hwm     []int64          // per node: the largest VmHWM seen, bytes
-	hwmPID  []int
 }
 
-func newScraper(nodes int) *scraper {
-	return &scraper{samples: make([][]scrapeSample, nodes), hwm: make([]int64, nodes), hwmPID: make([]int, nodes)}
+// Target is a node process to scrape: its HTTP address and process id;
+// a zero PID is a node that is down.
+type Target struct {
+	HTTP string
+	PID  int
 }
 
-// run scrapes the nodes nodes() returns (nil where one is down) every
-// scrapeEvery until ctx ends.
-func (s *scraper) run(ctx context.Context, nodes func() []*localNode) {
+// NewScraper returns a scraper of nodes nodes reached with client.
+func NewScraper(nodes int, client *http.Client, scheme string) *Scraper {
+	return &Scraper{client: client, scheme: scheme, samples: make([][]scrapeSample, nodes), hwm: make([]int64, nodes)}
+}
+
+// Run scrapes the nodes targets returns every scrapeEvery until ctx
+// ends.
+func (s *Scraper) Run(ctx context.Context, targets func() []Target) {
 	tick := time.NewTicker(scrapeEvery)
 	defer tick.Stop()
 	for {
-		for i, nd := range nodes() {
-			if nd != nil {
-				s.scrape(ctx, i, nd)
+		for i, t := range targets() {
+			if t.PID != 0 {
+				s.scrape(ctx, i, t)
 			}
 		}
 		select {
@@ -69,31 +80,38 @@ func (s *scraper) run(ctx context.Context, nodes func() []*localNode) {
 
 // scrape takes one sample of node i; a node that does not answer (stopped,
 // cut off) gives none, but its peak RSS is still read.
-func (s *scraper) scrape(ctx context.Context, i int, nd *localNode) {
-	pid := nd.cmd.Process.Pid
-	s.peakRSS(i, pid)
+func (s *Scraper) scrape(ctx context.Context, i int, t Target) {
+	s.PeakRSS(i, t.PID)
 	rctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(rctx, http.MethodGet, httpScheme+nd.http+"/metrics", nil)
+	req, err := http.NewRequestWithContext(rctx, http.MethodGet, s.scheme+t.HTTP+"/metrics", nil)
 	if err != nil {
 		return
 	}
-	resp, err := httpClient.Do(req)
+	resp, err := s.client.Do(req)
 	if err != nil {
 		return
 	}
 	defer resp.Body.Close()
-	vals, ok := parseCounters(resp.Body)
+	vals, ok := ParseCounters(resp.Body)
 	if !ok {
 		return
 	}
 	s.mu.Lock()
-	s.samples[i] = append(s.samples[i], scrapeSample{at: time.Now().UnixNano(), pid: pid, vals: vals})
+	s.samples[i] = append(s.samples[i], scrapeSample{at: time.Now().UnixNano(), pid: t.PID, vals: vals})
 	s.mu.Unlock()
 }
 
-// peakRSS reads process pid's VmHWM and keeps node i's largest.
-func (s *scraper) peakRSS(i, pid int) {
+// PeakRSSes returns each node's largest VmHWM seen, in bytes.
+func (s *Scraper) PeakRSSes() []int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.hwm)
+}
+
+// PeakRSS reads process pid's VmHWM and keeps node i's largest; call it
+// also just before the process is killed.
+func (s *Scraper) PeakRSS(i, pid int) {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
 	if err != nil {
 		return
@@ -103,19 +121,17 @@ func (s *scraper) peakRSS(i, pid int) {
 			f := strings.Fields(rest)
 			if kb, err := strconv.ParseInt(f[0], 10, 64); err == nil && len(f) == 2 && f[1] == "kB" {
 				s.mu.Lock()
-				if kb*1024 > s.hwm[i] {
-					s.hwm[i], s.hwmPID[i] = kb*1024, pid
-				}
+				s.hwm[i] = max(s.hwm[i], kb*1024)
 				s.mu.Unlock()
 			}
 		}
 	}
 }
 
-// parseCounters sums each of nemesisCounters over its labels in a
+// ParseCounters sums each of Counters over its labels in a
 // Prometheus text exposition.
-func parseCounters(r io.Reader) ([]float64, bool) {
-	vals := make([]float64, len(nemesisCounters))
+func ParseCounters(r io.Reader) ([]float64, bool) {
+	vals := make([]float64, len(Counters))
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	seen := false
@@ -125,7 +141,7 @@ func parseCounters(r io.Reader) ([]float64, bool) {
 			continue
 		}
 		seen = true
-		for k, name := range nemesisCounters {
+		for k, name := range Counters {
 			rest, ok := strings.CutPrefix(line, name)
 			if !ok || rest == "" || (rest[0] != ' ' && rest[0] != '{') {
 				continue
@@ -142,20 +158,20 @@ func parseCounters(r io.Reader) ([]float64, bool) {
 // dates its counts: its start and first scrape take less.
 const newProcessSpan = 5 * time.Second
 
-// rise is one interval in which a node's counter rose.
-type rise struct {
-	from, to int64 // Unix ns: the samples around the rise
-	counter  int   // index in nemesisCounters
-	by       float64
+// Rise is one interval in which a node's counter rose.
+type Rise struct {
+	From, To int64 // Unix ns: the samples around the rise
+	Counter  int   // index in Counters
+	By       float64
 }
 
-// rises lists every rise of every counter between consecutive samples of
+// Rises lists every Rise of every counter between consecutive samples of
 // one process; a new process's first sample counts from zero, from the
 // previous sample of its node.
-func (s *scraper) rises() []rise {
+func (s *Scraper) Rises() []Rise {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var out []rise
+	var out []Rise
 	for _, ss := range s.samples {
 		for j, cur := range ss {
 			prev := scrapeSample{vals: make([]float64, len(cur.vals))}
@@ -170,7 +186,7 @@ func (s *scraper) rises() []rise {
 			}
 			for k := range cur.vals {
 				if d := cur.vals[k] - prev.vals[k]; d > 0 {
-					out = append(out, rise{from: from, to: cur.at, counter: k, by: d})
+					out = append(out, Rise{From: from, To: cur.at, Counter: k, By: d})
 				}
 			}
 		}

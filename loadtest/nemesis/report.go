@@ -1,4 +1,4 @@
-package main
+package nemesis
 
 import (
 	"fmt"
@@ -7,8 +7,8 @@ import (
 	"strings"
 )
 
-// nemesisReport is the result of --mode nemesis (text summary or --json).
-type nemesisReport struct {
+// Report is the result of --mode nemesis (text summary or --json).
+type Report struct {
 	Mode       string   `json:"mode"`
 	Seed       uint64   `json:"seed"` // replay with --seed
 	Nodes      int      `json:"nodes"`
@@ -19,7 +19,7 @@ type nemesisReport struct {
 	Workers    int      `json:"workers"`
 
 	FaultsByKind map[string]int `json:"faults_by_kind"`
-	Faults       []fault        `json:"faults"`
+	Faults       []Fault        `json:"faults"`
 
 	Calls               int64    `json:"calls"`
 	AnsweredCalls       int64    `json:"answered_calls"`
@@ -43,7 +43,7 @@ type nemesisReport struct {
 	OverUncounted     int64            `json:"over_outside_counted_fallbacks"`
 	UncountedWindows  []string         `json:"uncounted_windows,omitempty"`
 	UncountedKeys     []string         `json:"uncounted_keys,omitempty"`
-	WorstKey          *nemesisKey      `json:"worst_key,omitempty"`
+	WorstKey          *Key             `json:"worst_key,omitempty"`
 	ExpectedHits      int64            `json:"expected_hits"`
 	UnderAdmittedHits int64            `json:"under_admitted_hits"`
 	UnderAdmittedPct  float64          `json:"under_admitted_pct"`
@@ -58,10 +58,10 @@ type nemesisReport struct {
 	Notes      []string `json:"notes,omitempty"`
 }
 
-// verdict lists what broke a guarantee: a panic, an unanswered call to a
+// Verdict lists what broke a guarantee: a panic, an unanswered call to a
 // running node, over-admission outside the counted fallbacks, peak RSS
-// over the budget, or a fault that could not be applied.
-func (r *nemesisReport) verdict() {
+// over the budget, or a Fault that could not be applied.
+func (r *Report) Verdict() {
 	r.Violations = nil
 	bad := func(format string, a ...any) { r.Violations = append(r.Violations, fmt.Sprintf(format, a...)) }
 	if len(r.Panics) > 0 {
@@ -83,8 +83,8 @@ func (r *nemesisReport) verdict() {
 	}
 }
 
-// writeNemesis writes the report as text.
-func writeNemesis(w io.Writer, r *nemesisReport) error {
+// WriteText writes the report as text.
+func WriteText(w io.Writer, r *Report) error {
 	var b strings.Builder
 	p := func(format string, a ...any) { fmt.Fprintf(&b, format+"\n", a...) }
 	p("nemesis: seed %d, %d nodes, %.0fs, %d workers, namespaces %v", r.Seed, r.Nodes, r.DurationS, r.Workers, r.Namespaces)
@@ -93,14 +93,14 @@ func writeNemesis(w io.Writer, r *nemesisReport) error {
 	}
 	p("rules: %s", strings.Join(r.Rules, "; "))
 	var kinds []string
-	for _, k := range faultKinds {
+	for _, k := range Kinds {
 		if n := r.FaultsByKind[k]; n > 0 {
 			kinds = append(kinds, fmt.Sprintf("%s %d", k, n))
 		}
 	}
 	p("faults: %d (%s)", len(r.Faults), strings.Join(kinds, ", "))
 	for _, f := range r.Faults {
-		p("  %6.1fs–%6.1fs %-9s %s%s", f.StartS, f.EndS, f.Kind, f.describe(), f.recoveryText())
+		p("  %6.1fs–%6.1fs %-9s %s%s", f.StartS, f.EndS, f.Kind, f.Describe(), f.recoveryText())
 	}
 	p("calls: %d, answered %d, unanswered %d (%d to a node down/stopped/restarting, %d to a running node)",
 		r.Calls, r.AnsweredCalls, r.UnansweredCalls, r.UnansweredCounted, r.UnansweredUncounted)
@@ -109,7 +109,7 @@ func writeNemesis(w io.Writer, r *nemesisReport) error {
 	}
 	p("checks: %d, admitted %d hits, rejected %d, item errors %d", r.Checks, r.AdmittedHits, r.RejectedHits, r.ItemErrors)
 	p("over-admission: %d hits (%.3f%% of the bound %d); by algorithm %v", r.OverAdmittedHits, r.OverAdmittedPct, r.BoundHits, r.OverByAlgorithm)
-	p("  by fault in effect %v; outside any fault %d", r.OverByFault, r.OverOutsideFaults)
+	p("  by Fault in effect %v; outside any Fault %d", r.OverByFault, r.OverOutsideFaults)
 	p("  in counted fallbacks %d; outside counted fallbacks %d", r.OverCounted, r.OverUncounted)
 	for _, s := range r.UncountedWindows {
 		p("  uncounted: %s", s)
@@ -140,17 +140,17 @@ func writeNemesis(w io.Writer, r *nemesisReport) error {
 	return err
 }
 
-// describe says what a fault did to whom.
-func (f *fault) describe() string {
+// Describe says what a Fault did to whom.
+func (f *Fault) Describe() string {
 	s := fmt.Sprintf("nodes %v", f.Nodes)
 	switch f.Kind {
-	case faultAllStop:
+	case AllStop:
 		s = "every node"
-	case faultPartition:
+	case Partition:
 		s = fmt.Sprintf("%v | %v", f.Nodes, f.Others)
-	case faultOneWay:
+	case OneWay:
 		s = fmt.Sprintf("%v → %v dropped", f.Nodes, f.Others)
-	case faultNetem:
+	case Netem:
 		s += " " + f.Netem
 	}
 	if f.Error != "" {
@@ -159,7 +159,7 @@ func (f *fault) describe() string {
 	return s
 }
 
-func (f *fault) recoveryText() string {
+func (f *Fault) recoveryText() string {
 	if f.RecoveryS == nil {
 		return "; " + f.Recovery
 	}
@@ -168,7 +168,7 @@ func (f *fault) recoveryText() string {
 
 func fmtCounters(m map[string]float64) string {
 	var parts []string
-	for _, name := range nemesisCounters {
+	for _, name := range Counters {
 		parts = append(parts, fmt.Sprintf("%s %.0f", strings.TrimPrefix(name, "shardlimiter_"), m[name]))
 	}
 	return strings.Join(parts, ", ")
@@ -184,13 +184,13 @@ func fmtBytesList(ns []int64) string {
 	return "[" + strings.Join(parts, ", ") + "]"
 }
 
-// countFaults fills FaultsByKind.
-func (r *nemesisReport) countFaults() {
+// CountFaults fills FaultsByKind.
+func (r *Report) CountFaults() {
 	r.FaultsByKind = map[string]int{}
 	for _, f := range r.Faults {
 		r.FaultsByKind[f.Kind]++
 	}
-	slices.SortStableFunc(r.Faults, func(a, b fault) int {
+	slices.SortStableFunc(r.Faults, func(a, b Fault) int {
 		switch {
 		case a.StartS < b.StartS:
 			return -1

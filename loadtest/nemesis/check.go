@@ -1,4 +1,4 @@
-package main
+package nemesis
 
 import (
 	"cmp"
@@ -15,18 +15,18 @@ import (
 // admitted than a single perfect limiter allows (nemesis_intervals.go);
 // each such span is matched with the faults in effect (from their start
 // to faultSettle after their end) and with the node counters that record
-// fallback decisions (nemesis_scrape.go): a rise of one within countSlack
+// fallback decisions (nemesis_scrape.go): a Rise of one within countSlack
 // of the span covers it. Per key, the worst span counts, overall and in
 // each class. The run is also cut into windows of checkWindow, which say
-// when answers were exact again after each fault.
+// when answers were exact again after each Fault.
 const (
 	checkWindow = time.Second
-	faultSettle = 5 * time.Second        // a fault stays "in effect" this long after its end
-	countSlack  = time.Second            // a counter rise this close to a window covers it
-	callSlack   = 2 * time.Second        // a failed call this soon after its node's process fault ends is counted
-	exactRun    = 3                      // windows in a row without any fault sign: recovered
+	faultSettle = 5 * time.Second        // a Fault stays "in effect" this long after its end
+	countSlack  = time.Second            // a counter Rise this close to a window covers it
+	callSlack   = 2 * time.Second        // a failed call this soon after its node's process Fault ends is counted
+	exactRun    = 3                      // windows in a row without any Fault sign: recovered
 	maxExamples = 10                     // uncounted calls and windows listed in the report
-	rejoinSlack = 100 * time.Millisecond // a call sent just before its node's fault counts too
+	rejoinSlack = 100 * time.Millisecond // a call sent just before its node's Fault counts too
 )
 
 // windowStat is what happened in one window.
@@ -39,39 +39,58 @@ func (w *windowStat) exact() bool {
 	return w.over == 0 && w.failedCalls == 0 && w.itemErrors == 0 && !w.counted
 }
 
-// historyJudge holds the history and the judgement.
-type historyJudge struct {
-	start, end int64 // Unix ns: the load's start, and the last answer
-	ks         *keySpace
-	rec        *recorder
-	hits       int64
-	faults     []fault
-	rises      []rise
+// Judge reads a run's history and fills a Report: set its fields, then
+// call Run.
+type Judge struct {
+	Start  int64 // Unix ns: the load's start
+	Keys   *KeySpace
+	Rec    *Recorder
+	Hits   int64 // per check
+	Faults []Fault
+	Rises  []Rise
+	// Bound is the most hits a single perfect limiter of the rule admits
+	// with all its decisions in [a, b] (Unix ns).
+	Bound func(r limit.Rule, a, b int64) int64
+	// Replay is the hits an exact limiter of the rule admits for these
+	// checks at their send times (failed ones left out).
+	Replay func(r limit.Rule, at []Attempt) int64
+
+	end        int64 // the last answer
 	win        []windowStat
-	ticks      int                // scan ticks in the run (nemesis_intervals.go)
+	ticks      int                // scan ticks in the run (intervals.go)
 	countedPre []int32            // prefix sums: ticks near a counted fallback
 	faultPre   map[string][]int32 // prefix sums: ticks with a fault of the kind in effect
-	rep        *nemesisReport
+	rep        *Report
+}
+
+// Attempt is one check for Replay, times in Unix ns.
+type Attempt struct {
+	Send, Recv, Hits int64
+	Admitted, Failed bool
 }
 
 // window returns the index of the window holding t (Unix ns).
-func (c *historyJudge) window(t int64) int {
-	return min(max(int((t-c.start)/int64(checkWindow)), 0), len(c.win)-1)
+func (c *Judge) window(t int64) int {
+	return min(max(int((t-c.Start)/int64(checkWindow)), 0), len(c.win)-1)
 }
 
-func (c *historyJudge) windowEnd(k int) int64 { return c.start + int64(k+1)*int64(checkWindow) }
+func (c *Judge) windowEnd(k int) int64 { return c.Start + int64(k+1)*int64(checkWindow) }
 
-// judge fills rep from the history.
-func (c *historyJudge) judge() {
-	c.end = c.start
-	for _, call := range c.rec.calls {
-		c.end = max(c.end, call.recv)
+// Run judges the history into rep.
+func (c *Judge) Run(rep *Report) {
+	c.rep = rep
+	if rep.OverByAlgorithm == nil {
+		rep.OverByAlgorithm, rep.OverByFault = map[string]int64{}, map[string]int64{}
 	}
-	c.win = make([]windowStat, int((c.end-c.start)/int64(checkWindow))+1)
+	c.end = c.Start
+	for _, call := range c.Rec.calls {
+		c.end = max(c.end, call.Recv)
+	}
+	c.win = make([]windowStat, int((c.end-c.Start)/int64(checkWindow))+1)
 	c.markCounted()
 	c.prepareTicks()
 	c.judgeCalls()
-	for k := range c.ks.names {
+	for k := range c.Keys.Names {
 		c.judgeKey(k)
 	}
 	c.recovery()
@@ -82,52 +101,52 @@ func (c *historyJudge) judge() {
 	}
 }
 
-// markCounted marks the windows near a rise of a counted fallback, and
+// markCounted marks the windows near a Rise of a counted fallback, and
 // sums every counter's rises.
-func (c *historyJudge) markCounted() {
+func (c *Judge) markCounted() {
 	c.rep.CounterRises = map[string]float64{}
-	for _, r := range c.rises {
-		c.rep.CounterRises[nemesisCounters[r.counter]] += r.by
-		if r.counter >= countedFallbacks {
+	for _, r := range c.Rises {
+		c.rep.CounterRises[Counters[r.Counter]] += r.By
+		if r.Counter >= countedFallbacks {
 			continue
 		}
-		for k := c.window(r.from - int64(countSlack)); k <= c.window(r.to+int64(countSlack)); k++ {
+		for k := c.window(r.From - int64(countSlack)); k <= c.window(r.To+int64(countSlack)); k++ {
 			c.win[k].counted = true
 		}
 	}
 }
 
 // judgeCalls counts answered and unanswered calls; an unanswered call is
-// counted when its node was under a process fault when it was sent.
-func (c *historyJudge) judgeCalls() {
+// counted when its node was under a process Fault when it was sent.
+func (c *Judge) judgeCalls() {
 	rep := c.rep
-	for _, call := range c.rec.calls {
+	for _, call := range c.Rec.calls {
 		rep.Calls++
-		if !call.failed {
+		if !call.Failed {
 			rep.AnsweredCalls++
 			continue
 		}
 		rep.UnansweredCalls++
-		c.win[c.window(call.recv)].failedCalls++
-		if f := c.processFaultOn(int(call.node), call.send); f != nil {
+		c.win[c.window(call.Recv)].failedCalls++
+		if f := c.processFaultOn(int(call.Node), call.Send); f != nil {
 			rep.UnansweredCounted++
 			continue
 		}
 		rep.UnansweredUncounted++
 		if len(rep.UncountedCalls) < maxExamples {
 			rep.UncountedCalls = append(rep.UncountedCalls, fmt.Sprintf("%.3fs node %d %s after %v",
-				c.secs(call.send), call.node, call.kind, time.Duration(call.recv-call.send).Round(time.Millisecond)))
+				c.secs(call.Send), call.Node, call.Kind, time.Duration(call.Recv-call.Send).Round(time.Millisecond)))
 		}
 	}
 }
 
-// processFaultOn returns a process fault that had node down, stopped or
+// processFaultOn returns a process Fault that had node down, stopped or
 // restarting at t, or nil.
-func (c *historyJudge) processFaultOn(node int, t int64) *fault {
+func (c *Judge) processFaultOn(node int, t int64) *Fault {
 	s := c.secs(t)
-	for i := range c.faults {
-		f := &c.faults[i]
-		if !processFault(f.Kind) || (f.Kind != faultAllStop && !slices.Contains(f.Nodes, node)) {
+	for i := range c.Faults {
+		f := &c.Faults[i]
+		if !ProcessFault(f.Kind) || (f.Kind != AllStop && !slices.Contains(f.Nodes, node)) {
 			continue
 		}
 		if s >= f.StartS-rejoinSlack.Seconds() && s <= f.EndS+callSlack.Seconds() {
@@ -137,51 +156,47 @@ func (c *historyJudge) processFaultOn(node int, t int64) *fault {
 	return nil
 }
 
-func (c *historyJudge) secs(t int64) float64 { return float64(t-c.start) / 1e9 }
+func (c *Judge) secs(t int64) float64 { return float64(t-c.Start) / 1e9 }
 
 // judgeKey counts key k's checks, scans them for over-admitted spans
 // (nemesis_intervals.go) and compares them with an exact replay.
-func (c *historyJudge) judgeKey(k int) {
-	recs := c.rec.checks[k]
+func (c *Judge) judgeKey(k int) {
+	recs := c.Rec.checks[k]
 	if len(recs) == 0 {
 		return
 	}
-	rule := c.ks.rules[k/c.ks.perAlg()]
+	rule := c.Keys.Rules[k/c.Keys.PerAlg()]
 	slices.SortFunc(recs, func(a, b checkRec) int { return cmp.Compare(a.send, b.send) })
 	first := recs[0].send
 	var admitted int64
-	at := make([]attempt, len(recs))
+	at := make([]Attempt, len(recs))
 	for i, r := range recs {
-		at[i] = attempt{send: r.send, recv: r.recv(), hits: c.hits, admitted: r.flags&ckAdmitted != 0}
-		switch {
-		case r.flags&ckCallFailed != 0:
-			at[i].fail = failRPC
-		case r.flags&ckItemError != 0:
-			at[i].fail = failItem
+		at[i] = Attempt{Send: r.send, Recv: r.recv(), Hits: c.Hits, Admitted: r.flags&ckAdmitted != 0, Failed: r.flags&(ckCallFailed|ckItemError) != 0}
+		if r.flags&ckItemError != 0 {
 			c.rep.ItemErrors++
 			c.win[c.window(r.recv())].itemErrors++
 		}
 		c.rep.Checks++
-		if at[i].admitted {
-			admitted += c.hits
-			c.rep.AdmittedHits += c.hits
-		} else if at[i].fail == failNone {
-			c.rep.RejectedHits += c.hits
+		if at[i].Admitted {
+			admitted += c.Hits
+			c.rep.AdmittedHits += c.Hits
+		} else if !at[i].Failed {
+			c.rep.RejectedHits += c.Hits
 		}
 	}
 	ko := c.scanKey(k, recs)
 	c.addKey(k, rule, ko)
-	c.rep.BoundHits += bound(rule, first, recs[len(recs)-1].recv())
-	exp := expected(rule, at)
+	c.rep.BoundHits += c.Bound(rule, first, recs[len(recs)-1].recv())
+	exp := c.Replay(rule, at)
 	c.rep.ExpectedHits += exp
 	c.rep.UnderAdmittedHits += max(exp-admitted, 0)
 	if ko.all > 0 && (c.rep.WorstKey == nil || ko.all > c.rep.WorstKey.Over) {
-		c.rep.WorstKey = &nemesisKey{Key: c.ks.names[k], Algorithm: rule.Algorithm.String(), Admitted: admitted, Over: ko.all}
+		c.rep.WorstKey = &Key{Key: c.Keys.Names[k], Algorithm: rule.Algorithm.String(), Admitted: admitted, Over: ko.all}
 	}
 }
 
 // addKey adds a key's worst spans to the report.
-func (c *historyJudge) addKey(k int, rule limit.Rule, ko keyOver) {
+func (c *Judge) addKey(k int, rule limit.Rule, ko keyOver) {
 	rep := c.rep
 	rep.OverAdmittedHits += ko.all
 	rep.OverByAlgorithm[rule.Algorithm.String()] += ko.all
@@ -196,13 +211,13 @@ func (c *historyJudge) addKey(k int, rule limit.Rule, ko keyOver) {
 	}
 }
 
-// recovery finds, for each fault, how long after its end the answers were
+// recovery finds, for each Fault, how long after its end the answers were
 // exact again: the first window from its end that starts exactRun windows
 // without over-admission, failed calls, item errors or counted fallbacks.
-func (c *historyJudge) recovery() {
-	for i := range c.faults {
-		f := &c.faults[i]
-		k := c.window(c.start + int64(f.EndS*1e9))
+func (c *Judge) recovery() {
+	for i := range c.Faults {
+		f := &c.Faults[i]
+		k := c.window(c.Start + int64(f.EndS*1e9))
 		for ; k+exactRun <= len(c.win); k++ {
 			if !slices.ContainsFunc(c.win[k:k+exactRun], func(w windowStat) bool { return !w.exact() }) {
 				break
@@ -213,10 +228,11 @@ func (c *historyJudge) recovery() {
 			continue
 		}
 		at := float64(k) * checkWindow.Seconds()
-		f.RecoveryS = ptr(max(at-f.EndS, 0))
+		f.RecoveryS = new(float64)
+		*f.RecoveryS = max(at-f.EndS, 0)
 		f.Recovery = fmt.Sprintf("exact from %.0fs", at)
 		var during []string
-		for _, g := range c.faults {
+		for _, g := range c.Faults {
 			if g.StartS > f.EndS && g.StartS < at {
 				during = append(during, fmt.Sprintf("%s at %.1fs", g.Kind, g.StartS))
 			}
@@ -227,8 +243,8 @@ func (c *historyJudge) recovery() {
 	}
 }
 
-// nemesisKey is the key furthest over its bound.
-type nemesisKey struct {
+// Key is the key furthest over its bound.
+type Key struct {
 	Key       string `json:"key"`
 	Algorithm string `json:"algorithm"`
 	Admitted  int64  `json:"admitted_hits"`
