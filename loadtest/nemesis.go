@@ -39,6 +39,11 @@ const (
 	nemesisNodeMemory  = 256 // MiB, each node's --max-memory
 	nemesisSnapshotInt = "1s"
 	nemesisTmpfsSize   = "16m" // the tmpfs under each state dir (root)
+	// nemesisRPCTimeout is the calls' deadline: above the 2 × --peer-timeout
+	// (1 s) a check may wait when neither its owner nor its stand-in
+	// answers before the fail policy decides, so that a running node
+	// answers every call in time, whatever the network does.
+	nemesisRPCTimeout = 3 * time.Second
 )
 
 // applyNemesisDefaults fills the flags --mode nemesis gives its own
@@ -55,6 +60,9 @@ func (c *config) applyNemesisDefaults(set map[string]bool) {
 	}
 	if !set["local"] {
 		c.local = 3
+	}
+	if !set["rpc-timeout"] {
+		c.rpcTimeout = nemesisRPCTimeout
 	}
 }
 

@@ -3,7 +3,6 @@ package nemesis
 import (
 	"cmp"
 	"fmt"
-	"os"
 	"slices"
 	"time"
 
@@ -94,11 +93,6 @@ func (c *Judge) Run(rep *Report) {
 		c.judgeKey(k)
 	}
 	c.recovery()
-	if os.Getenv("NEMESIS_DEBUG") != "" {
-		for k, w := range c.win {
-			fmt.Fprintf(os.Stderr, "window %d: %+v\n", k, w)
-		}
-	}
 }
 
 // markCounted marks the windows near a Rise of a counted fallback, and

@@ -13,10 +13,11 @@ import (
 // tries every span on a grid of scanTick ending at most shortSpan back,
 // and every span on whole seconds up to longSpan back (slow leaks).
 const (
-	scanTick  = 100 * time.Millisecond
-	shortSpan = 50  // ticks: every start up to 5 s back
-	longSpan  = 200 // ticks: starts on whole seconds up to 20 s back
-	lagCap    = 50  // ticks: answers later than this after their send are left out (the count stays a lower bound)
+	scanTick   = 100 * time.Millisecond
+	shortSpan  = 50  // ticks: every start up to 5 s back
+	longSpan   = 200 // ticks: starts on whole seconds up to 20 s back
+	recentSpan = 10  // ticks: spans this short say when answers were exact again
+	lagCap     = 50  // ticks: answers later than this after their send are left out (the count stays a lower bound)
 )
 
 // tickIndex maps a Unix-ns instant to its tick from the load's start.
@@ -102,33 +103,27 @@ func (c *Judge) scanKey(k int, recs []checkRec) keyOver {
 		if !answered[e-1] {
 			continue // no new answer: no span ending here is worse than one ending earlier
 		}
-		// admitted: sent from tick s, answered before tick e; before: the
-		// same answered before tick e-1.
-		var admitted, before int64
+		var admitted int64 // sent from tick s on, answered before tick e
 		for d := 1; d <= longSpan && e-d >= 0; d++ {
 			s := e - d
 			admitted += int64(pre[s*(lagCap+1)+min(d-1, lagCap)])
-			if d >= 2 {
-				before += int64(pre[s*(lagCap+1)+min(d-2, lagCap)])
-			}
 			if d > shortSpan && d%int(time.Second/scanTick) != 0 {
 				continue
 			}
 			if over := admitted*c.Hits - c.Bound(rule, c.tickTime(s), c.tickTime(e)); over > 0 {
-				fresh := d < 2 || before*c.Hits-c.Bound(rule, c.tickTime(s), c.tickTime(e-1)) <= 0
-				c.noteSpan(&ko, k, s, e, over, fresh)
+				c.noteSpan(&ko, k, s, e, over, d <= recentSpan)
 			}
 		}
 	}
 	return ko
 }
 
-// noteSpan records an over-admitted span [s, e) of key k; fresh says the
-// answers of its last tick put it over (the span one tick shorter was
-// not), which marks that tick's window as not exact.
-func (c *Judge) noteSpan(ko *keyOver, k, s, e int, over int64, fresh bool) {
+// noteSpan records an over-admitted span [s, e) of key k; a recent one
+// (at most recentSpan long) marks its end's window as not exact: a longer
+// one may only hold an excess admitted long before (recovery).
+func (c *Judge) noteSpan(ko *keyOver, k, s, e int, over int64, recent bool) {
 	ko.all = max(ko.all, over)
-	if fresh {
+	if recent {
 		w := &c.win[c.window(c.tickTime(e)-1)]
 		w.over = max(w.over, over)
 	}
