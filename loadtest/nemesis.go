@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"slices"
 	"strings"
@@ -147,7 +148,7 @@ func runNemesis(ctx context.Context, cfg *config, bin string, log io.Writer) (*n
 	start := r.drive(ctx, ts, ks, rec, scr, in, faults)
 	rep.Faults, rep.RecordFull = faults, rec.Full()
 	rep.CountFaults()
-	j := &nemesis.Judge{Start: start.UnixNano(), Keys: ks, Rec: rec, Hits: cfg.hits, Faults: rep.Faults, Rises: scr.Rises(),
+	j := &nemesis.Judge{Start: start.UnixNano(), Keys: ks, Rec: rec, Hits: cfg.hits, Faults: rep.Faults, Rises: append(scr.Rises(), r.loggedFallbacks()...),
 		Bound: bound, Replay: replayAttempts}
 	j.Run(rep)
 	r.finish(rep, scr)
@@ -296,6 +297,37 @@ func (r *nemesisRun) finish(rep *nemesis.Report, scr *nemesis.Scraper) {
 	rep.Verdict()
 }
 
+// warnLine matches a warning of a node's text log: its time and message.
+var warnLine = regexp.MustCompile(`^time=(\S+) level=WARN msg="((?:[^"\\]|\\.)*)"`)
+
+// loggedFallbacks reads the nodes' logs for the warnings of fallbacks and
+// given-up handoffs: a node that exits takes its counts since the last
+// scrape along, its log keeps them.
+func (r *nemesisRun) loggedFallbacks() []nemesis.Rise {
+	var out []nemesis.Rise
+	for _, f := range r.logs {
+		f.Sync()
+		b, err := os.ReadFile(f.Name())
+		if err != nil {
+			continue
+		}
+		for line := range strings.Lines(string(b)) {
+			m := warnLine.FindStringSubmatch(line)
+			if m == nil || !(strings.Contains(m[2], "handoff") || strings.HasPrefix(m[2], "forward to")) {
+				continue
+			}
+			kind := nemesis.LoggedFallback
+			if strings.Contains(m[2], "handoff") {
+				kind = nemesis.LoggedHandoff
+			}
+			if t, err := time.Parse(time.RFC3339Nano, m[1]); err == nil {
+				out = append(out, nemesis.Rise{From: t.UnixNano(), To: t.UnixNano(), Counter: kind, By: 1})
+			}
+		}
+	}
+	return out
+}
+
 // grepPanics returns the lines of a node's stderr that start a panic or a
 // fatal runtime error.
 func grepPanics(path string, node int) []string {
@@ -334,8 +366,10 @@ func (r *nemesisRun) teardown() {
 			fmt.Fprintf(r.log, "loadtest: %v\n", err)
 		}
 	}
-	if r.dir != "" {
+	if r.dir != "" && !r.cfg.keepLogs {
 		os.RemoveAll(r.dir)
+	} else if r.dir != "" {
+		fmt.Fprintf(r.log, "loadtest: node logs kept in %s\n", r.dir)
 	}
 }
 

@@ -11,7 +11,7 @@ import (
 
 // The checker of --mode nemesis reads the whole history once the load has
 // stopped. Each key's checks are scanned for spans in which more hits were
-// admitted than a single perfect limiter allows (nemesis_intervals.go);
+// admitted than a single perfect limiter allows (intervals.go);
 // each such span is matched with the faults in effect (from their start
 // to faultSettle after their end) and with the node counters that record
 // fallback decisions (nemesis_scrape.go): a Rise of one within countSlack
@@ -100,18 +100,22 @@ func (c *Judge) Run(rep *Report) {
 func (c *Judge) markCounted() {
 	c.rep.CounterRises = map[string]float64{}
 	for _, r := range c.Rises {
-		c.rep.CounterRises[Counters[r.Counter]] += r.By
-		if r.Counter >= countedFallbacks {
-			continue
+		name := loggedName
+		if r.Counter >= 0 {
+			name = Counters[r.Counter]
 		}
-		for k := c.window(r.From - int64(countSlack)); k <= c.window(r.To+int64(countSlack)); k++ {
-			c.win[k].counted = true
+		c.rep.CounterRises[name] += r.By
+		if from, to, ok := r.reach(); ok {
+			for k := c.window(from); k <= c.window(to); k++ {
+				c.win[k].counted = true
+			}
 		}
 	}
 }
 
 // judgeCalls counts answered and unanswered calls; an unanswered call is
-// counted when its node was under a process Fault when it was sent.
+// counted when its node was down, stopped or restarting while it was in
+// flight.
 func (c *Judge) judgeCalls() {
 	rep := c.rep
 	for _, call := range c.Rec.calls {
@@ -122,7 +126,7 @@ func (c *Judge) judgeCalls() {
 		}
 		rep.UnansweredCalls++
 		c.win[c.window(call.Recv)].failedCalls++
-		if f := c.processFaultOn(int(call.Node), call.Send); f != nil {
+		if f := c.processFaultOn(int(call.Node), call.Send, call.Recv); f != nil {
 			rep.UnansweredCounted++
 			continue
 		}
@@ -134,16 +138,16 @@ func (c *Judge) judgeCalls() {
 	}
 }
 
-// processFaultOn returns a process Fault that had node down, stopped or
-// restarting at t, or nil.
-func (c *Judge) processFaultOn(node int, t int64) *Fault {
-	s := c.secs(t)
+// processFaultOn returns a process fault that had node down, stopped or
+// restarting while a call to it was in flight (from send to recv), or nil.
+func (c *Judge) processFaultOn(node int, send, recv int64) *Fault {
+	from, to := c.secs(send), c.secs(recv)
 	for i := range c.Faults {
 		f := &c.Faults[i]
 		if !ProcessFault(f.Kind) || (f.Kind != AllStop && !slices.Contains(f.Nodes, node)) {
 			continue
 		}
-		if s >= f.StartS-rejoinSlack.Seconds() && s <= f.EndS+callSlack.Seconds() {
+		if to >= f.StartS-rejoinSlack.Seconds() && from <= f.EndS+callSlack.Seconds() {
 			return f
 		}
 	}
@@ -153,7 +157,7 @@ func (c *Judge) processFaultOn(node int, t int64) *Fault {
 func (c *Judge) secs(t int64) float64 { return float64(t-c.Start) / 1e9 }
 
 // judgeKey counts key k's checks, scans them for over-admitted spans
-// (nemesis_intervals.go) and compares them with an exact replay.
+// (intervals.go) and compares them with an exact replay.
 func (c *Judge) judgeKey(k int) {
 	recs := c.Rec.checks[k]
 	if len(recs) == 0 {

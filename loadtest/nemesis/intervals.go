@@ -26,7 +26,7 @@ func (c *Judge) tickIndex(t int64) int { return int((t - c.Start) / int64(scanTi
 func (c *Judge) tickTime(i int) int64 { return c.Start + int64(i)*int64(scanTick) }
 
 // prepareTicks builds the per-tick prefix sums of counted fallbacks and of
-// each Fault kind in effect.
+// each fault kind in effect.
 func (c *Judge) prepareTicks() {
 	c.ticks = c.tickIndex(c.end) + 2
 	mark := func(from, to int64, into []int32) {
@@ -36,8 +36,8 @@ func (c *Judge) prepareTicks() {
 	}
 	c.countedPre = make([]int32, c.ticks+1)
 	for _, r := range c.Rises {
-		if r.Counter < countedFallbacks {
-			mark(r.From-int64(countSlack), r.To+int64(countSlack), c.countedPre)
+		if from, to, ok := r.reach(); ok {
+			mark(from, to, c.countedPre)
 		}
 	}
 	c.faultPre = map[string][]int32{}
@@ -70,7 +70,7 @@ func anyIn(pre []int32, s, e int) bool {
 }
 
 // keyOver is one key's worst spans: overall, outside counted fallbacks,
-// outside any Fault, and per Fault kind in effect.
+// outside any fault, and per fault kind in effect.
 type keyOver struct {
 	all, uncounted, outside int64
 	byKind                  map[string]int64
@@ -127,8 +127,7 @@ func (c *Judge) noteSpan(ko *keyOver, k, s, e int, over int64, recent bool) {
 		w := &c.win[c.window(c.tickTime(e)-1)]
 		w.over = max(w.over, over)
 	}
-	slack := int(countSlack / scanTick)
-	if !anyIn(c.countedPre, s-slack, e+slack) && over > ko.uncounted {
+	if !anyIn(c.countedPre, s, e) && over > ko.uncounted {
 		ko.uncounted = over
 		ko.example = fmt.Sprintf("%s: %d hits over in [%.1fs, %.1fs)", c.Keys.Names[k], over, c.secs(c.tickTime(s)), c.secs(c.tickTime(e)))
 	}

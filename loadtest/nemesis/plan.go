@@ -13,7 +13,7 @@ import (
 	"time"
 )
 
-// Fault kinds of --mode nemesis.
+// fault kinds of --mode nemesis.
 const (
 	Kill      = "kill"      // SIGKILL, restart after a pause
 	Term      = "term"      // SIGTERM (graceful leave), restart after a pause
@@ -48,7 +48,7 @@ func ProcessFault(kind string) bool {
 	return false
 }
 
-// Fault is one planned Fault and, once run, what happened. Times are
+// Fault is one planned fault and, once run, what happened. Times are
 // seconds from the start of the load.
 type Fault struct {
 	Kind                string  `json:"kind"`
@@ -114,7 +114,7 @@ type planner struct {
 	plan    []Fault
 }
 
-// draw makes a Fault of kind starting at t or later, when its nodes are
+// draw makes a fault of kind starting at t or later, when its nodes are
 // free.
 func (p *planner) draw(kind string, t float64) Fault {
 	f := Fault{Kind: kind, AtS: t}

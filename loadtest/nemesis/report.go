@@ -60,7 +60,7 @@ type Report struct {
 
 // Verdict lists what broke a guarantee: a panic, an unanswered call to a
 // running node, over-admission outside the counted fallbacks, peak RSS
-// over the budget, or a Fault that could not be applied.
+// over the budget, or a fault that could not be applied.
 func (r *Report) Verdict() {
 	r.Violations = nil
 	bad := func(format string, a ...any) { r.Violations = append(r.Violations, fmt.Sprintf(format, a...)) }
@@ -109,7 +109,7 @@ func WriteText(w io.Writer, r *Report) error {
 	}
 	p("checks: %d, admitted %d hits, rejected %d, item errors %d", r.Checks, r.AdmittedHits, r.RejectedHits, r.ItemErrors)
 	p("over-admission: %d hits (%.3f%% of the bound %d); by algorithm %v", r.OverAdmittedHits, r.OverAdmittedPct, r.BoundHits, r.OverByAlgorithm)
-	p("  by Fault in effect %v; outside any Fault %d", r.OverByFault, r.OverOutsideFaults)
+	p("  by fault in effect %v; outside any fault %d", r.OverByFault, r.OverOutsideFaults)
 	p("  in counted fallbacks %d; outside counted fallbacks %d", r.OverCounted, r.OverUncounted)
 	for _, s := range r.UncountedWindows {
 		p("  uncounted: %s", s)
@@ -140,7 +140,7 @@ func WriteText(w io.Writer, r *Report) error {
 	return err
 }
 
-// Describe says what a Fault did to whom.
+// Describe says what a fault did to whom.
 func (f *Fault) Describe() string {
 	s := fmt.Sprintf("nodes %v", f.Nodes)
 	switch f.Kind {
@@ -168,7 +168,7 @@ func (f *Fault) recoveryText() string {
 
 func fmtCounters(m map[string]float64) string {
 	var parts []string
-	for _, name := range Counters {
+	for _, name := range append(slices.Clone(Counters), loggedName) {
 		parts = append(parts, fmt.Sprintf("%s %.0f", strings.TrimPrefix(name, "shardlimiter_"), m[name]))
 	}
 	return strings.Join(parts, ", ")

@@ -25,7 +25,38 @@ var Counters = []string{
 	"shardlimiter_snapshot_load_errors_total",
 }
 
-const countedFallbacks = 4 // the first four of Counters
+
+// LoggedFallback is the Counter of a Rise read from a node's log rather
+// than its metrics: a warning of a forward that failed (its checks went to
+// the stand-in or the fail policy) or of a handoff given up. A node that
+// exits (SIGTERM, SIGKILL) takes the counts since its last scrape along;
+// its log keeps them. It counts as a counted fallback.
+const (
+	LoggedFallback = -1 // a forward failed: stand-in or fail policy
+	LoggedHandoff  = -2 // a pull or push failed, a leave gave up its handoff
+)
+
+// loggedName names the logged rises in Report.CounterRises.
+const loggedName = "logged fallback and handoff warnings"
+
+// handoffReach is how long after a handoff given up (or taken from a
+// replica) its excess may show: the keys of the partition admit again, up
+// to what their old owner had counted, whenever they are next decided,
+// which for a key decided every few seconds is within this.
+const handoffReach = 10 * time.Second
+
+// reach returns the span a counted rise covers: countSlack around a
+// fallback decision, from countSlack before to handoffReach after a
+// handoff given up; counted reports whether it covers anything.
+func (r Rise) reach() (from, to int64, counted bool) {
+	switch r.Counter {
+	case 2, 3, LoggedHandoff: // handoff_incomplete, handoff_replica_fallbacks
+		return r.From - int64(countSlack), r.To + int64(handoffReach), true
+	case 0, 1, LoggedFallback: // fallback, stand-in decisions
+		return r.From - int64(countSlack), r.To + int64(countSlack), true
+	}
+	return 0, 0, false
+}
 
 // scrapeEvery is the Scraper's period.
 const scrapeEvery = 500 * time.Millisecond
