@@ -29,9 +29,9 @@ import (
 
 // --mode nemesis: a --local cluster with --state-dir and replication,
 // under a mixed closed-loop load (nemesis_load.go), while a seeded
-// schedule of overlapping faults (nemesis_plan.go, nemesis_faults.go)
+// schedule of overlapping faults (package nemesis, nemesis_faults.go)
 // kills, stops, cuts, slows and fills it; then a checker reads the whole
-// history (nemesis_check.go). docs/RELIABILITY.md is its manual.
+// history (package nemesis). docs/RELIABILITY.md is its manual.
 const (
 	modeNemesis        = "nemesis"
 	nemesisDuration    = 60 * time.Second
@@ -40,11 +40,12 @@ const (
 	nemesisNodeMemory  = 256 // MiB, each node's --max-memory
 	nemesisSnapshotInt = "1s"
 	nemesisTmpfsSize   = "16m" // the tmpfs under each state dir (root)
-	// nemesisRPCTimeout is the calls' deadline: above the 2 × --peer-timeout
-	// (1 s) a check may wait when neither its owner nor its stand-in
-	// answers before the fail policy decides, so that a running node
-	// answers every call in time, whatever the network does.
-	nemesisRPCTimeout = 3 * time.Second
+	// nemesisRPCTimeout is the calls' deadline: above the longest chain
+	// of bounded waits one check may meet (README.md, "When a wait times
+	// out"): its owner's and its stand-in's forwards (--peer-timeout, 1 s
+	// each), a handoff wait (2 s), and a redirect's forward (1 s), so that
+	// a running node answers every call in time, whatever the network does.
+	nemesisRPCTimeout = 6 * time.Second
 )
 
 // applyNemesisDefaults fills the flags --mode nemesis gives its own

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"github.com/shardlimiter/shardlimiter/loadtest/nemesis"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -107,5 +108,20 @@ func TestJudgeFindsOverAdmission(t *testing.T) {
 				t.Errorf("checks %d, admitted %d, rejected %d; want 60, 50, 10", rep.Checks, rep.AdmittedHits, rep.RejectedHits)
 			}
 		})
+	}
+}
+
+// TestWarnLine reads the time and message of a node's text-log warning,
+// and nothing of other lines.
+func TestWarnLine(t *testing.T) {
+	line := `time=2026-11-28T00:57:50.554Z level=WARN msg="forward to peer failed; its \"checks\" go to its stand-in" peer=loadtest-2` + "\n"
+	m := warnLine.FindStringSubmatch(line)
+	if m == nil || m[1] != "2026-11-28T00:57:50.554Z" || !strings.HasPrefix(m[2], "forward to peer failed") {
+		t.Fatalf("warnLine(%q) = %q", line, m)
+	}
+	for _, other := range []string{`time=2026-11-28T00:57:50.554Z level=ERROR msg="x"`, `panic: boom`, ``} {
+		if m := warnLine.FindStringSubmatch(other); m != nil {
+			t.Errorf("warnLine(%q) = %q, want no match", other, m)
+		}
 	}
 }

@@ -14,18 +14,18 @@ import (
 // admitted than a single perfect limiter allows (intervals.go);
 // each such span is matched with the faults in effect (from their start
 // to faultSettle after their end) and with the node counters that record
-// fallback decisions (nemesis_scrape.go): a Rise of one within countSlack
+// fallback decisions (scrape.go): a rise of one within countSlack
 // of the span covers it. Per key, the worst span counts, overall and in
 // each class. The run is also cut into windows of checkWindow, which say
-// when answers were exact again after each Fault.
+// when answers were exact again after each fault.
 const (
 	checkWindow = time.Second
-	faultSettle = 5 * time.Second        // a Fault stays "in effect" this long after its end
-	countSlack  = time.Second            // a counter Rise this close to a window covers it
-	callSlack   = 2 * time.Second        // a failed call this soon after its node's process Fault ends is counted
-	exactRun    = 3                      // windows in a row without any Fault sign: recovered
+	faultSettle = 5 * time.Second        // a fault stays "in effect" this long after its end
+	countSlack  = time.Second            // a counter rise this close to a window covers it
+	callSlack   = 2 * time.Second        // a failed call this soon after its node's process fault ends is counted
+	exactRun    = 3                      // windows in a row without any fault sign: recovered
 	maxExamples = 10                     // uncounted calls and windows listed in the report
-	rejoinSlack = 100 * time.Millisecond // a call sent just before its node's Fault counts too
+	rejoinSlack = 100 * time.Millisecond // a call sent just before its node's fault counts too
 )
 
 // windowStat is what happened in one window.
@@ -95,7 +95,7 @@ func (c *Judge) Run(rep *Report) {
 	c.recovery()
 }
 
-// markCounted marks the windows near a Rise of a counted fallback, and
+// markCounted marks the windows near a rise of a counted fallback, and
 // sums every counter's rises.
 func (c *Judge) markCounted() {
 	c.rep.CounterRises = map[string]float64{}
@@ -122,6 +122,7 @@ func (c *Judge) judgeCalls() {
 		rep.Calls++
 		if !call.Failed {
 			rep.AnsweredCalls++
+			rep.MaxAnswerMS = max(rep.MaxAnswerMS, float64(call.Recv-call.Send)/1e6)
 			continue
 		}
 		rep.UnansweredCalls++
@@ -209,7 +210,7 @@ func (c *Judge) addKey(k int, rule limit.Rule, ko keyOver) {
 	}
 }
 
-// recovery finds, for each Fault, how long after its end the answers were
+// recovery finds, for each fault, how long after its end the answers were
 // exact again: the first window from its end that starts exactRun windows
 // without over-admission, failed calls, item errors or counted fallbacks.
 func (c *Judge) recovery() {

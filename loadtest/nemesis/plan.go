@@ -60,23 +60,23 @@ type Fault struct {
 	ForS                float64 `json:"planned_for_s"` // down, stopped, cut or full this long
 
 	StartS float64 `json:"start_s"`
-	// EndS is when the Fault was over: the node ready again, the cut
+	// EndS is when the fault was over: the node ready again, the cut
 	// healed, SIGCONT sent, the disk freed.
 	EndS      float64  `json:"end_s"`
 	Error     string   `json:"error,omitempty"`
-	RecoveryS *float64 `json:"recovery_s"` // until answers were exact again; nil: not before the next Fault or the end
+	RecoveryS *float64 `json:"recovery_s"` // until answers were exact again; nil: not before the next fault or the end
 	Recovery  string   `json:"recovery"`   // how RecoveryS was found
 }
 
-// SettleTail is the time after the last Fault's planned end during which
-// no Fault starts, so the run ends on a cluster that could recover.
+// SettleTail is the time after the last fault's planned end during which
+// no fault starts, so the run ends on a cluster that could recover.
 const SettleTail = 8 * time.Second
 
 // Plan draws a schedule of overlapping faults from seed for a run of
 // duration over nodes nodes: the kinds in shuffled rounds (every kind
 // once before any twice), a start every 1.5–4.5 s from 3 s, each lasting
 // its kind's span. Process faults of one node never overlap, and an
-// allstop overlaps no process Fault; network faults overlap anything but
+// allstop overlaps no process fault; network faults overlap anything but
 // another of their own (one cut and one netem at a time). Kinds not in
 // kinds are left out. The plan ends SettleTail before duration.
 func Plan(seed uint64, nodes int, duration time.Duration, kinds []string) []Fault {

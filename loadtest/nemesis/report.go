@@ -23,6 +23,7 @@ type Report struct {
 
 	Calls               int64    `json:"calls"`
 	AnsweredCalls       int64    `json:"answered_calls"`
+	MaxAnswerMS         float64  `json:"max_answer_ms"` // the slowest answered call
 	UnansweredCalls     int64    `json:"unanswered_calls"`
 	UnansweredCounted   int64    `json:"unanswered_counted"`   // sent to a node down, stopped or restarting
 	UnansweredUncounted int64    `json:"unanswered_uncounted"` // sent to a node running normally
@@ -102,8 +103,8 @@ func WriteText(w io.Writer, r *Report) error {
 	for _, f := range r.Faults {
 		p("  %6.1fs–%6.1fs %-9s %s%s", f.StartS, f.EndS, f.Kind, f.Describe(), f.recoveryText())
 	}
-	p("calls: %d, answered %d, unanswered %d (%d to a node down/stopped/restarting, %d to a running node)",
-		r.Calls, r.AnsweredCalls, r.UnansweredCalls, r.UnansweredCounted, r.UnansweredUncounted)
+	p("calls: %d, answered %d (the slowest in %.0f ms), unanswered %d (%d to a node down/stopped/restarting, %d to a running node)",
+		r.Calls, r.AnsweredCalls, r.MaxAnswerMS, r.UnansweredCalls, r.UnansweredCounted, r.UnansweredUncounted)
 	for _, s := range r.UncountedCalls {
 		p("  unanswered: %s", s)
 	}

@@ -25,8 +25,7 @@ var Counters = []string{
 	"shardlimiter_snapshot_load_errors_total",
 }
 
-
-// LoggedFallback is the Counter of a Rise read from a node's log rather
+// LoggedFallback is the Counter of a rise read from a node's log rather
 // than its metrics: a warning of a forward that failed (its checks went to
 // the stand-in or the fail policy) or of a handoff given up. A node that
 // exits (SIGTERM, SIGKILL) takes the counts since its last scrape along;
@@ -196,7 +195,7 @@ type Rise struct {
 	By       float64
 }
 
-// Rises lists every Rise of every counter between consecutive samples of
+// Rises lists every rise of every counter between consecutive samples of
 // one process; a new process's first sample counts from zero, from the
 // previous sample of its node.
 func (s *Scraper) Rises() []Rise {
