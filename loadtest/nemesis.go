@@ -156,7 +156,7 @@ func runNemesis(ctx context.Context, cfg *config, bin string, log io.Writer) (*n
 	return rep, nil
 }
 
-// drive runs the load for --duration with the nemesis.Scraper and the faults
+// drive runs the load for --duration with the scraper and the faults
 // alongside, and returns the load's start.
 func (r *nemesisRun) drive(ctx context.Context, ts []*target, ks *nemesis.KeySpace, rec *nemesis.Recorder, scr *nemesis.Scraper, in *injector, faults []nemesis.Fault) time.Time {
 	start := time.Now()
@@ -294,7 +294,7 @@ func (r *nemesisRun) finish(rep *nemesis.Report, scr *nemesis.Scraper) {
 	if rep.RecordFull {
 		rep.Notes = append(rep.Notes, fmt.Sprintf("the load stopped early: %d checks recorded", nemesis.MaxChecks))
 	}
-	rep.Notes = append(rep.Notes, "over-admission is judged per key against a single perfect limiter from the key's first send (bounds.go), window by window; a window is covered by a counted fallback when a fallback, stand-in, handoff-incomplete or replica-fallback counter of any node rose within 1 s of it")
+	rep.Notes = append(rep.Notes, "over-admission: per key, its worst span (100 ms grid, up to 20 s) against a single perfect limiter's bound (bounds.go); a span is covered by a counted fallback when a node's fallback or stand-in decisions rose (or it logged a failed forward) within 1 s of it, or a handoff was given up or taken from a replica from 1 s before to 10 s after it (docs/RELIABILITY.md)")
 	rep.Verdict()
 }
 

@@ -20,7 +20,7 @@ type nemesisWorker struct {
 	rpcTO time.Duration
 }
 
-// run sends calls until ctx ends or the nemesis.Recorder is full. A worker whose
+// run sends calls until ctx ends or the recorder is full. A worker whose
 // calls keep failing (its nodes down) waits a little between them, so
 // that it does not spin.
 func (w *nemesisWorker) run(ctx context.Context) {
@@ -46,7 +46,8 @@ func (w *nemesisWorker) run(ctx context.Context) {
 		if !w.rec.Add(c, keys, res) {
 			return
 		}
-		if failures = failures + 1; err == nil {
+		failures++
+		if err == nil {
 			failures = 0
 		}
 		if failures >= len(w.ts) {

@@ -105,8 +105,11 @@ func (c *Judge) markCounted() {
 			name = Counters[r.Counter]
 		}
 		c.rep.CounterRises[name] += r.By
-		if from, to, ok := r.reach(); ok {
-			for k := c.window(from); k <= c.window(to); k++ {
+		// A window with a counted fallback decided in it (±countSlack) is
+		// not exact; the longer reach of a given-up handoff is for the
+		// spans' attribution (intervals.go), not for recovery.
+		if _, _, ok := r.reach(); ok {
+			for k := c.window(r.From - int64(countSlack)); k <= c.window(r.To+int64(countSlack)); k++ {
 				c.win[k].counted = true
 			}
 		}
@@ -223,7 +226,13 @@ func (c *Judge) recovery() {
 			}
 		}
 		if k+exactRun > len(c.win) {
-			f.Recovery = "not exact again before the end of the run"
+			later := 0
+			for _, g := range c.Faults {
+				if g.StartS > f.EndS {
+					later++
+				}
+			}
+			f.Recovery = fmt.Sprintf("never %d s in a row without failed calls, item errors, counted fallbacks or over-admission before the end of the run (%d faults started after it)", exactRun, later)
 			continue
 		}
 		at := float64(k) * checkWindow.Seconds()
