@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"github.com/shardlimiter/shardlimiter/loadtest/nemesis"
+	"io"
 	"strconv"
 	"strings"
 	"testing"
@@ -123,5 +124,25 @@ func TestWarnLine(t *testing.T) {
 		if m := warnLine.FindStringSubmatch(other); m != nil {
 			t.Errorf("warnLine(%q) = %q, want no match", other, m)
 		}
+	}
+}
+
+// TestNemesisDefaults: --mode nemesis alone is a 60 s run on 3 nodes with
+// its own limit, workers and call deadline; flags given still win.
+func TestNemesisDefaults(t *testing.T) {
+	c, err := parseFlags([]string{"--mode", "nemesis"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.local != 3 || c.duration != nemesisDuration || c.rule.Limit != nemesisLimit || c.concurrency != nemesisWorkers || c.rpcTimeout != nemesisRPCTimeout {
+		t.Errorf("--mode nemesis: local %d, duration %v, limit %d, concurrency %d, rpc timeout %v; want 3, %v, %d, %d, %v",
+			c.local, c.duration, c.rule.Limit, c.concurrency, c.rpcTimeout, nemesisDuration, nemesisLimit, nemesisWorkers, nemesisRPCTimeout)
+	}
+	c, err = parseFlags([]string{"--mode", "nemesis", "--local", "5", "--duration", "10m", "--rpc-timeout", "9s", "--faults", "kill,stop"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.local != 5 || c.duration != 10*time.Minute || c.rpcTimeout != 9*time.Second || len(c.faults) != 2 {
+		t.Errorf("flags given: local %d, duration %v, rpc timeout %v, faults %v; want 5, 10m, 9s, [kill stop]", c.local, c.duration, c.rpcTimeout, c.faults)
 	}
 }
