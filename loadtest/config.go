@@ -4,7 +4,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/shardlimiter/shardlimiter/loadtest/nemesis"
 	"io"
 	"math"
 	"slices"
@@ -12,6 +11,7 @@ import (
 	"time"
 
 	"github.com/shardlimiter/shardlimiter/limit"
+	"github.com/shardlimiter/shardlimiter/loadtest/nemesis"
 )
 
 // Modes (--mode).

@@ -5,8 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/shardlimiter/shardlimiter/limit"
-	"github.com/shardlimiter/shardlimiter/loadtest/nemesis"
 	"io"
 	"math/rand/v2"
 	"net"
@@ -25,6 +23,8 @@ import (
 	"google.golang.org/grpc/backoff"
 
 	"github.com/shardlimiter/shardlimiter/internal/netns"
+	"github.com/shardlimiter/shardlimiter/limit"
+	"github.com/shardlimiter/shardlimiter/loadtest/nemesis"
 )
 
 // --mode nemesis: a --local cluster with --state-dir and replication,

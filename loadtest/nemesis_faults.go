@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/shardlimiter/shardlimiter/loadtest/nemesis"
 	"io"
 	"os"
 	"path/filepath"
@@ -13,6 +12,7 @@ import (
 	"time"
 
 	"github.com/shardlimiter/shardlimiter/internal/netns"
+	"github.com/shardlimiter/shardlimiter/loadtest/nemesis"
 )
 
 // injector applies a fault schedule to a local cluster, each fault in a

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"github.com/shardlimiter/shardlimiter/loadtest/nemesis"
 	"io"
 	"strconv"
 	"strings"
@@ -12,6 +11,7 @@ import (
 	"time"
 
 	"github.com/shardlimiter/shardlimiter/limit"
+	"github.com/shardlimiter/shardlimiter/loadtest/nemesis"
 )
 
 // nemesisSeed is the schedule of TestNemesisMinute: every fault kind in
