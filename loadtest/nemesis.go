@@ -17,6 +17,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -143,7 +144,8 @@ func runNemesis(ctx context.Context, cfg *config, bin string, log io.Writer) (*n
 	ks := nemesis.NewKeySpace(runID(cfg.seed), cfg.ruleFor)
 	rec := nemesis.NewRecorder(len(ks.Names))
 	scr := nemesis.NewScraper(cfg.local, httpClient, httpScheme)
-	in := &injector{c: c, lab: r.lab, netem: r.lab != nil && r.lab.HasNetem(), stateDirs: r.stateDirs, scr: scr, log: log, nodeMu: make([]sync.Mutex, cfg.local)}
+	in := &injector{c: c, lab: r.lab, netem: r.lab != nil && r.lab.HasNetem(), stateDirs: r.stateDirs, scr: scr, log: log, nodeMu: make([]sync.Mutex, cfg.local),
+		down: make([]atomic.Bool, cfg.local)}
 	faults := nemesis.Plan(cfg.seed, cfg.local, cfg.duration, r.kinds())
 	fmt.Fprintf(log, "loadtest: nemesis seed %d: %d faults over %v\n", cfg.seed, len(faults), cfg.duration)
 	start := r.drive(ctx, ts, ks, rec, scr, in, faults)
@@ -167,7 +169,7 @@ func (r *nemesisRun) drive(ctx context.Context, ts []*target, ks *nemesis.KeySpa
 	var scraping, load sync.WaitGroup
 	scraping.Go(func() { scr.Run(sctx, in.targets) })
 	for w := range r.cfg.concurrency {
-		nw := &nemesisWorker{ks: ks, ts: ts, rec: rec, hits: r.cfg.hits, rpcTO: r.cfg.rpcTimeout,
+		nw := &nemesisWorker{ks: ks, ts: ts, ready: in.ready, rec: rec, hits: r.cfg.hits, rpcTO: r.cfg.rpcTimeout,
 			rng: rand.New(rand.NewPCG(r.cfg.seed, uint64(w))), next: w}
 		load.Go(func() { nw.run(lctx) })
 	}

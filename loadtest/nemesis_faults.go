@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/shardlimiter/shardlimiter/internal/netns"
@@ -31,7 +32,15 @@ type injector struct {
 	mu     sync.Mutex // guards c.nodes while faults replace nodes
 	nodeMu []sync.Mutex
 	logMu  sync.Mutex
+	// down[i]: node i+1 was signalled to exit and is not ready again yet.
+	// The load leaves it out, as a load balancer behind readiness probes
+	// would: a node that answers before it has joined decides every key
+	// alone, uncounted (docs/RELIABILITY.md, "Deviations found").
+	down []atomic.Bool
 }
+
+// ready reports whether node i (0-based) takes calls.
+func (in *injector) ready(i int) bool { return !in.down[i].Load() }
 
 // node returns node num (1-based).
 func (in *injector) node(num int) *localNode {
@@ -146,6 +155,7 @@ func (in *injector) process(ctx context.Context, f *nemesis.Fault, hold func()) 
 	if f.Kind == nemesis.Term {
 		sig = sigTerm
 	}
+	in.down[num-1].Store(true)
 	err := killAndWait(nd, sig)
 	if err == nil && f.Kind == nemesis.Corrupt {
 		err = corruptSnapshot(filepath.Join(in.stateDirs[num-1], nodeName(num)+".snapshot"))
@@ -180,6 +190,7 @@ func (in *injector) restart(num int, prev *localNode) error {
 	in.mu.Lock()
 	in.c.nodes[num-1] = nd
 	in.mu.Unlock()
+	in.down[num-1].Store(false)
 	return nil
 }
 
@@ -195,6 +206,7 @@ func (in *injector) allStop(ctx context.Context, f *nemesis.Fault, hold func()) 
 	errs := make([]error, len(nodes))
 	var wg sync.WaitGroup
 	for i, nd := range nodes {
+		in.down[i].Store(true)
 		if nd != nil {
 			in.scr.PeakRSS(i, nd.cmd.Process.Pid)
 			wg.Go(func() { errs[i] = killAndWait(nd, sigTerm) })

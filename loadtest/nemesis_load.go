@@ -13,6 +13,7 @@ import (
 type nemesisWorker struct {
 	ks    *nemesis.KeySpace
 	ts    []*target
+	ready func(i int) bool // node i+1 takes calls
 	rec   *nemesis.Recorder
 	hits  int64
 	rng   *rand.Rand
@@ -29,8 +30,7 @@ func (w *nemesisWorker) run(ctx context.Context) {
 	failures := 0
 	for ctx.Err() == nil {
 		checks, keys = w.batch(checks[:0], keys[:0])
-		node := w.next % len(w.ts)
-		w.next++
+		node := w.pick()
 		send := time.Now()
 		cctx, cancel := context.WithTimeout(ctx, w.rpcTO)
 		res, err := w.ts[node].conns[0].GetRateLimits(cctx, checks)
@@ -57,6 +57,20 @@ func (w *nemesisWorker) run(ctx context.Context) {
 			}
 		}
 	}
+}
+
+// pick returns the next node in turn that is ready, or the next one when
+// none is.
+func (w *nemesisWorker) pick() int {
+	first := w.next % len(w.ts)
+	for range w.ts {
+		i := w.next % len(w.ts)
+		w.next++
+		if w.ready(i) {
+			return i
+		}
+	}
+	return first
 }
 
 // batch draws 1–100 checks.
