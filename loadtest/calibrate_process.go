@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"sync"
 
 	"github.com/shardlimiter/shardlimiter/api/native"
@@ -47,7 +48,7 @@ func calibrateProcess(ctx context.Context, cfg *config, stderr io.Writer) (*resu
 	}
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	nd, err := spawn(cctx, bin, []string{serveCalibrationArg, fmt.Sprintf("--max-batch=%d", max(cfg.batch, transport.DefaultMaxBatch))}, nil)
+	nd, err := spawn(exec.CommandContext(cctx, bin, serveCalibrationArg, fmt.Sprintf("--max-batch=%d", max(cfg.batch, transport.DefaultMaxBatch))), nil, nil)
 	if err != nil {
 		return nil, err
 	}

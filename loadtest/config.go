@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/shardlimiter/shardlimiter/limit"
+	"github.com/shardlimiter/shardlimiter/loadtest/nemesis"
 )
 
 // Modes (--mode).
@@ -68,6 +70,8 @@ type config struct {
 	hits       int64
 	seed       uint64
 
+	faults    []string     // --faults: nemesis fault kinds; nil = all
+	keepLogs  bool         // --keep-logs: nemesis keeps its nodes' logs
 	churn     []churnEvent // --churn, in time order; nil without
 	churnSpec string
 
@@ -85,9 +89,9 @@ var errFlagParse = errors.New("bad flag")
 
 // rawFlags holds the flag values before validation.
 type rawFlags struct {
-	targets, metricsTargets, mode, dist, algorithm string
-	limit, burst                                   int64
-	period                                         time.Duration
+	targets, metricsTargets, mode, dist, algorithm, faults string
+	limit, burst                                           int64
+	period                                                 time.Duration
 }
 
 func newFlagSet(out io.Writer, c *config, r *rawFlags) *flag.FlagSet {
@@ -107,10 +111,12 @@ func newFlagSet(out io.Writer, c *config, r *rawFlags) *flag.FlagSet {
 	fs.StringVar(&c.tlsKey, "tls-key", "", "PEM key of --tls-cert")
 	fs.StringVar(&c.serverBin, "server-bin", "", "with --local: use this shardlimiter binary instead of building one")
 	fs.StringVar(&c.churnSpec, "churn", "", "accuracy mode with --local: membership events during each algorithm's run, `OFFSET:EVENT,…` with EVENT join, leave=I, kill=I, restart=I or stop=I/D (I = node number from 1 in start order, node 1 never; D = pause), e.g. 6s:join,14s:leave=2,22s:restart=2; each algorithm gets a fresh cluster")
+	fs.StringVar(&r.faults, "faults", "", "--mode nemesis: the fault kinds to inject, a comma list of kill, term, stop, partition, oneway, netem, diskfull, corrupt, allstop (default all; the network and disk ones need root)")
+	fs.BoolVar(&c.keepLogs, "keep-logs", false, "--mode nemesis: keep the directory of the nodes' stderr logs (and state dirs) and print its path")
 	fs.StringVar(&r.metricsTargets, "metrics-targets", "", "comma-separated HTTP addresses whose /metrics give server CPU (automatic with --local)")
 	fs.BoolVar(&c.calibrate, "calibrate", false, "first measure an in-process admit-everything gRPC server: the transport ceiling")
 	fs.BoolVar(&c.calibrateProc, "calibrate-process", false, "with --calibrate: run the calibration server as a process of its own, with a node's transport settings, and report its server CPU as a node's")
-	fs.StringVar(&r.mode, "mode", modeThroughput, "throughput, accuracy or idle (with --local: each node's CPU ticks from /proc over --duration, with no calls)")
+	fs.StringVar(&r.mode, "mode", modeThroughput, "throughput, accuracy, idle (with --local: each node's CPU ticks from /proc over --duration, with no calls) or nemesis (a --local cluster of 3–5 nodes under a mixed load and a --seed schedule of faults, judged afterwards: docs/RELIABILITY.md)")
 	fs.DurationVar(&c.duration, "duration", 10*time.Second, "length of the run (accuracy: per algorithm, default 4s; idle: the measured window, default 20s)")
 	fs.DurationVar(&c.idleLoad, "idle-load", 0, "idle mode: first load the cluster this long with the throughput flags, then leave it alone (0 = no load)")
 	fs.DurationVar(&c.idleSettle, "idle-settle", 10*time.Second, "idle mode: wait this long after forming (or after --idle-load) before measuring")
@@ -154,6 +160,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	c.targets = splitList(r.targets)
+	c.faults = splitList(r.faults)
 	c.metricsTargets = splitList(r.metricsTargets)
 	c.mode, c.dist = r.mode, r.dist
 	var err error
@@ -172,6 +179,10 @@ func (c *config) applyModeDefaults(set map[string]bool, r *rawFlags) {
 	c.rule = limit.Rule{Limit: r.limit, Period: r.period, Burst: r.burst}
 	if c.mode == modeIdle && !set["duration"] {
 		c.duration = idleDuration
+	}
+	if c.mode == modeNemesis {
+		c.applyNemesisDefaults(set)
+		return
 	}
 	if c.mode == modeAccuracy {
 		if !set["limit"] {
@@ -208,8 +219,10 @@ func (c *config) validate(set map[string]bool) error {
 	var errs []error
 	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
 	switch {
-	case c.mode != modeThroughput && c.mode != modeAccuracy && c.mode != modeIdle:
-		bad("--mode: want throughput, accuracy or idle, got %q", c.mode)
+	case c.mode != modeThroughput && c.mode != modeAccuracy && c.mode != modeIdle && c.mode != modeNemesis:
+		bad("--mode: want throughput, accuracy, idle or nemesis, got %q", c.mode)
+	case c.mode == modeNemesis && (c.local < 3 || c.local > 5 || c.calibrate || c.api != apiNative || c.client != clientPlain || c.churnSpec != ""):
+		bad("--mode nemesis: runs its own load and faults on a --local cluster of 3 to 5 nodes (default 3), native API, plain client, without --calibrate or --churn")
 	case c.mode == modeIdle && (c.local == 0 || c.calibrate):
 		bad("--mode idle: measures the processes of a --local cluster, without --calibrate")
 	case c.mode != modeIdle && (set["idle-load"] || set["idle-settle"]):
@@ -257,6 +270,14 @@ func (c *config) validate(set map[string]bool) error {
 	c.validateChurn(bad)
 	if c.api == apiRLQS {
 		c.rlqs.validate(bad)
+	}
+	for _, k := range c.faults {
+		if !slices.Contains(nemesis.Kinds, k) {
+			bad("--faults: unknown kind %q (want %s)", k, strings.Join(nemesis.Kinds, ", "))
+		}
+	}
+	if len(c.faults) > 0 && c.mode != modeNemesis {
+		bad("--faults applies to --mode nemesis")
 	}
 	return errors.Join(errs...)
 }

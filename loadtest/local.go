@@ -14,6 +14,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/shardlimiter/shardlimiter/internal/netns"
 )
 
 // Deadlines of the local cluster's start.
@@ -44,6 +46,12 @@ type localCluster struct {
 	extra  []string
 	nodes  []*localNode // node i at i-1; a restart replaces its exited predecessor
 	once   sync.Once
+
+	// Set by --mode nemesis before the first launch (nemesis.go):
+	lab       *netns.Lab              // non-nil: node i runs in the lab's namespace i-1
+	nodeFlags func(num int) []string  // extra flags of node num (its --state-dir)
+	stderrTo  func(num int) io.Writer // also receives node num's stderr
+	seeds     []string                // non-nil: every node's gossip address; each joins all the others (set once started)
 }
 
 // localNode is one server process.
@@ -59,14 +67,23 @@ type localNode struct {
 // the others joining it; it returns once every node sees all n members.
 // On error everything started is stopped.
 func startLocal(ctx context.Context, n int, bin string, extra []string, log io.Writer) (_ *localCluster, err error) {
+	return startLocalWith(ctx, n, bin, extra, log, nil)
+}
+
+// startLocalWith is startLocal with setup (when not nil) called on the
+// cluster before its first node starts.
+func startLocalWith(ctx context.Context, n int, bin string, extra []string, log io.Writer, setup func(*localCluster)) (_ *localCluster, err error) {
 	cctx, cancel := context.WithCancel(ctx)
 	c := &localCluster{ctx: cctx, cancel: cancel, bin: bin, extra: extra}
+	if setup != nil {
+		setup(c)
+	}
 	defer func() {
 		if err != nil {
 			c.stop()
 		}
 	}()
-	if note := loopbackNote(); note != "" {
+	if note := loopbackNote(); note != "" && c.lab == nil {
 		fmt.Fprintln(log, "loadtest: "+note)
 	}
 	for i := range n {
@@ -136,26 +153,26 @@ func (nd *localNode) running() bool {
 // probed gossip port taken meanwhile) is retried on fresh ports.
 func (c *localCluster) launch(num int, prev *localNode) (nd *localNode, same bool, err error) {
 	host, name := nodeHost(num), nodeName(num)
+	if c.lab != nil {
+		host = c.lab.IP(num - 1)
+	}
 	for attempt := range startAttempts {
 		var a nodeAddrs
-		same = false
-		if prev != nil && attempt == 0 {
-			a, same, err = reuseAddrs(nodeAddrs{gossip: prev.gossip, grpc: prev.grpc, http: prev.http}, host)
-		} else {
-			a, err = freshAddrs(host)
-		}
-		if err != nil {
+		if a, same, err = c.addrsFor(num, host, prev, attempt); err != nil {
 			return nil, false, err
 		}
 		args := []string{"--http-addr=" + a.http, "--grpc-addr=" + a.grpc, "--gossip-addr=" + a.gossip,
 			"--node-name=" + name, "--log-level=warn", "--shutdown-grace=0s"}
-		if num > 1 {
-			args = append(args, "--join="+c.nodes[0].gossip)
+		if join := c.joinList(num); join != "" {
+			args = append(args, "--join="+join)
+		}
+		if c.nodeFlags != nil {
+			args = append(args, c.nodeFlags(num)...)
 		}
 		// The peer port through the environment: a server binary from
 		// before --peer-addr (a baseline of --server-bin) ignores it.
 		env := []string{"SHARDLIMITER_PEER_ADDR=" + net.JoinHostPort(host, "0")}
-		if nd, err = spawn(c.ctx, c.bin, append(args, c.extra...), env); err != nil {
+		if nd, err = c.spawnNode(num, append(args, c.extra...), env); err != nil {
 			return nil, false, err
 		}
 		nd.name, nd.gossip = name, a.gossip
@@ -174,17 +191,66 @@ func (c *localCluster) launch(num int, prev *localNode) (nd *localNode, same boo
 // nodeName is the node name of node num (1-based, in start order).
 func nodeName(num int) string { return fmt.Sprintf("loadtest-%d", num) }
 
-// spawn starts bin in its own process group; ctx's end terminates it.
-func spawn(ctx context.Context, bin string, args, env []string) (*localNode, error) {
+// addrsFor returns node num's listen addresses for its attempt-th start:
+// in a lab, fixed ports of its own namespace (nothing else listens
+// there); else its previous addresses where still free, or fresh ones.
+func (c *localCluster) addrsFor(num int, host string, prev *localNode, attempt int) (a nodeAddrs, same bool, err error) {
+	if c.lab != nil {
+		return nodeAddrs{gossip: net.JoinHostPort(host, "7946"), grpc: net.JoinHostPort(host, "8081"),
+			http: net.JoinHostPort(host, "8080")}, true, nil
+	}
+	if prev != nil && attempt == 0 {
+		return reuseAddrs(nodeAddrs{gossip: prev.gossip, grpc: prev.grpc, http: prev.http}, host)
+	}
+	a, err = freshAddrs(host)
+	return a, false, err
+}
+
+// joinList returns node num's --join: node 1's gossip address, or with
+// seeds every other node's (a restart after a stop of every node finds
+// whichever is back first).
+func (c *localCluster) joinList(num int) string {
+	if c.seeds != nil {
+		others := slices.Delete(slices.Clone(c.seeds), num-1, num)
+		return strings.Join(others, ",")
+	}
+	if num > 1 {
+		return c.nodes[0].gossip
+	}
+	return ""
+}
+
+// spawnNode starts node num's process: bin, or in a lab bin within the
+// node's namespace.
+func (c *localCluster) spawnNode(num int, args, env []string) (*localNode, error) {
+	var cmd *exec.Cmd
+	if c.lab != nil {
+		cmd = c.lab.Command(c.ctx, num-1, c.bin, args...)
+	} else {
+		cmd = exec.CommandContext(c.ctx, c.bin, args...)
+	}
+	var also io.Writer
+	if c.stderrTo != nil {
+		also = c.stderrTo(num)
+	}
+	return spawn(cmd, env, also)
+}
+
+// spawn starts cmd in its own process group; its context's end terminates
+// it. Its stderr goes to the node's tail and to also (when not nil).
+func spawn(cmd *exec.Cmd, env []string, also io.Writer) (*localNode, error) {
 	nd := &localNode{serving: make(chan string, 1), exited: make(chan struct{}), stderr: &tail{}}
-	nd.cmd = exec.CommandContext(ctx, bin, args...)
+	nd.cmd = cmd
 	nd.cmd.Env = append(os.Environ(), env...)
 	setProcessGroup(nd.cmd)
 	nd.cmd.WaitDelay = stopGrace
 	nd.cmd.Stdout = &lineWatch{prefix: "serving ", found: nd.serving}
 	nd.cmd.Stderr = nd.stderr
+	if also != nil {
+		nd.cmd.Stderr = io.MultiWriter(nd.stderr, also)
+	}
 	if err := nd.cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start %s: %w", bin, err)
+		return nil, fmt.Errorf("start %s: %w", cmd.Path, err)
 	}
 	go func() {
 		nd.cmd.Wait()

@@ -83,7 +83,20 @@
 //
 //	go run ./loadtest --api rlqs --local 3 --rlqs-interval 1s --rlqs-shift 8s:1000,1000,10,10,1000,1000 --duration 16s
 //
-// Exit codes: 0 done, 1 a target or the local cluster failed, 2 bad flags.
+// --mode nemesis (--local 3 to 5) runs the nodes with --state-dir and
+// replication under a mixed closed-loop load (every algorithm, hot and
+// cold keys, batches of 1 to 100) while a schedule drawn from --seed
+// kills, stops, leaves and restarts them, damages their snapshots and, as
+// root (network namespaces, nftables, tc, tmpfs), cuts, slows and fills
+// them; then it judges every check against the bound of a single perfect
+// limiter and attributes each excess to the faults in effect and the
+// nodes' counted fallbacks (nemesis.go, package nemesis,
+// docs/RELIABILITY.md):
+//
+//	go run ./loadtest --mode nemesis --local 3 --duration 60s --seed 42
+//
+// Exit codes: 0 done, 1 a target or the local cluster failed (nemesis: or
+// a violation was found), 2 bad flags.
 package main
 
 import (
@@ -131,6 +144,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintf(stderr, "loadtest: %v\n", err)
 		return exitFail
+	}
+	if cfg.mode == modeNemesis {
+		defer stopProfile()
+		return executeNemesis(ctx, cfg, stdout, stderr)
 	}
 	if cfg.mode == modeIdle {
 		defer stopProfile()

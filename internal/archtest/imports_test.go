@@ -47,9 +47,11 @@ var allowed = map[string][]string{
 	"api/rlqs":             {"quota", "rules", "transport/server"},
 	"peer":                 {"limit", "table", "bucket", "window", "ring", "transport", "transport/dial", "snapshot", "gubernator", "cell", "internal/cowmap", "peer/rulemetrics", "peer/replicamove", "peer/leasing"},
 	"cmd/shardlimiter":     {"*"},
-	"loadtest":             {"limit", "transport", "transport/dial", "transport/server", "api/native", "api/gubernator/gubpb", "internal/wide", "client"},
+	"loadtest":             {"limit", "transport", "transport/dial", "transport/server", "api/native", "api/gubernator/gubpb", "internal/wide", "internal/netns", "loadtest/nemesis", "client"},
 	"internal/archtest":    {},
 	"internal/poll":        {},
+	"internal/netns":       {},
+	"loadtest/nemesis":     {"limit"},
 
 	// TLS material and files that are reloaded when they change: standard
 	// library only, so transport, cmd and tests can share them.
