@@ -85,6 +85,11 @@ type Config struct {
 	// Resolver looks up a host name's addresses. Nil means
 	// net.DefaultResolver.LookupHost; tests substitute a fake.
 	Resolver func(ctx context.Context, host string) ([]string, error)
+	// Transport, when set, makes memberlist's transport from its config
+	// when Run starts (it may set the config's ports): an in-memory network
+	// runs many members in one process (package sim). Nil: memberlist's
+	// own UDP and TCP sockets on BindAddr.
+	Transport func(*memberlist.Config) (memberlist.Transport, error)
 }
 
 // Membership is this node's view of the cluster, kept by gossip
@@ -544,9 +549,13 @@ func (m *Membership) gossipConfig(ctx context.Context) (*memberlist.Config, erro
 	h := &hooks{m: m}
 	c.Delegate, c.Events, c.Conflict = h, h, h
 	c.Logger = gossipLogger(m.log, &m.rejected)
+	mk := m.cfg.Transport
 	if m.testTransport != nil {
+		mk = m.testTransport
+	}
+	if mk != nil {
 		var err error
-		if c.Transport, err = m.testTransport(c); err != nil {
+		if c.Transport, err = mk(c); err != nil {
 			return nil, err
 		}
 	}

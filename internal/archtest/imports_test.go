@@ -47,7 +47,11 @@ var allowed = map[string][]string{
 	"cmd/shardlimiter":     {"*"},
 	"loadtest":             {"limit", "transport", "transport/dial", "transport/server", "api/native", "api/gubernator/gubpb", "internal/wide", "client"},
 	"internal/archtest":    {},
-	"internal/poll":        {},
+	// The cluster simulator: real nodes, rings and gossip on in-memory
+	// networks, in one process; and its command.
+	"sim":           {"limit", "ring", "gossip", "peer"},
+	"cmd/simulate":  {"limit", "ring", "sim"},
+	"internal/poll": {},
 
 	// TLS material and files that are reloaded when they change: standard
 	// library only, so transport, cmd and tests can share them.
