@@ -88,6 +88,9 @@ func (c *Cluster) Running() []*Member {
 // addr is the i-th member's IP: 10.x.y.z, distinct for 16M members.
 func addr(i int) string { return fmt.Sprintf("10.%d.%d.%d", (i>>16)&255, (i>>8)&255, i&255) }
 
+// memberName names the i-th member started.
+func memberName(i int) string { return fmt.Sprintf("node-%04d", i) }
+
 // Start starts one more member, seeded with up to three running members
 // (a new cluster's first member has none), and returns it at once: it
 // joins in the background.
@@ -100,7 +103,7 @@ func (c *Cluster) Start() (*Member, error) {
 		seeds = append(seeds, m.GossipAddr)
 	}
 	c.mu.Unlock()
-	return c.start(fmt.Sprintf("node-%04d", i), addr(i+1), seeds)
+	return c.start(memberName(i), addr(i+1), seeds)
 }
 
 // start runs a member called name at ip.

@@ -1,0 +1,86 @@
+package sim
+
+import (
+	"runtime/metrics"
+	"slices"
+	"time"
+
+	"github.com/shardlimiter/shardlimiter/ring"
+)
+
+// Measurements that need no running cluster: the ring alone.
+
+// RingBuild returns the mean time of what a member's rebuild computes for
+// a ring of n members: the snapshot and the snapshot without the member
+// itself (where its keys are replicated), over reps builds.
+func RingBuild(n, reps int) (time.Duration, error) {
+	ms := ringMembers(n)
+	start := time.Now()
+	for range reps {
+		snap, err := ring.New(ms, 1, ring.Config{})
+		if err != nil {
+			return 0, err
+		}
+		if n > 1 {
+			if _, err := snap.Without(ms[0].Name); err != nil {
+				return 0, err
+			}
+		}
+	}
+	return time.Since(start) / time.Duration(reps), nil
+}
+
+// ringMembers names n members as Cluster does.
+func ringMembers(n int) []ring.Member {
+	ms := make([]ring.Member, n)
+	for i := range ms {
+		ms[i] = ring.Member{Name: memberName(i), Addr: addr(i+1) + ":8081"}
+	}
+	return ms
+}
+
+// Spread is how evenly a ring spreads ownership: the busiest member's
+// share over the mean, of partitions and of sample keys.
+type Spread struct {
+	Partitions, Keys float64
+}
+
+// SpreadOf measures snap's spread over keys.
+func SpreadOf(snap *ring.Snapshot, keys []string) Spread {
+	n := snap.Len()
+	parts := make([]int, n)
+	for p := range snap.Partitions() {
+		parts[snap.PartitionOwner(p)]++
+	}
+	owned := make([]int, n)
+	for _, k := range keys {
+		owned[snap.OwnerIndex(k)]++
+	}
+	return Spread{
+		Partitions: float64(slices.Max(parts)) * float64(n) / float64(snap.Partitions()),
+		Keys:       float64(slices.Max(owned)) * float64(n) / float64(max(1, len(keys))),
+	}
+}
+
+// MovedFraction returns the fraction of keys whose owner differs between two
+// rings.
+func MovedFraction(before, after *ring.Snapshot, keys []string) float64 {
+	k := 0
+	for _, key := range keys {
+		if before.Owner(key).Name != after.Owner(key).Name {
+			k++
+		}
+	}
+	return float64(k) / float64(max(1, len(keys)))
+}
+
+// cpuSeconds is the CPU time this process has used, as the Go runtime
+// estimates it (every goroutine: all the members together).
+func cpuSeconds() float64 {
+	s := []metrics.Sample{{Name: "/cpu/classes/total:cpu-seconds"}, {Name: "/cpu/classes/idle:cpu-seconds"}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindFloat64 || s[1].Value.Kind() != metrics.KindFloat64 {
+		return 0
+	}
+	return s[0].Value.Float64() - s[1].Value.Float64()
+}
