@@ -1,7 +1,6 @@
 package sim
 
 import (
-	"runtime/metrics"
 	"slices"
 	"time"
 
@@ -72,15 +71,4 @@ func MovedFraction(before, after *ring.Snapshot, keys []string) float64 {
 		}
 	}
 	return float64(k) / float64(max(1, len(keys)))
-}
-
-// cpuSeconds is the CPU time this process has used, as the Go runtime
-// estimates it (every goroutine: all the members together).
-func cpuSeconds() float64 {
-	s := []metrics.Sample{{Name: "/cpu/classes/total:cpu-seconds"}, {Name: "/cpu/classes/idle:cpu-seconds"}}
-	metrics.Read(s)
-	if s[0].Value.Kind() != metrics.KindFloat64 || s[1].Value.Kind() != metrics.KindFloat64 {
-		return 0
-	}
-	return s[0].Value.Float64() - s[1].Value.Float64()
 }

@@ -160,6 +160,8 @@ func forward(ctx context.Context, c *Cluster, p Params, keys []string, r *Report
 // replicate runs p.Rate checks/s of random keys for the window and
 // measures the replication bytes it causes.
 func replicate(ctx context.Context, c *Cluster, p Params, keys []string, r *Report) error {
+	// The keys forward changed go out first.
+	time.Sleep(max(time.Second, 3*c.opt.ReplicationInterval))
 	rep0, _ := c.Peers.Moved()
 	start := time.Now()
 	const batch = 100
