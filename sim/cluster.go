@@ -13,6 +13,7 @@ import (
 	"github.com/shardlimiter/shardlimiter/gossip"
 	"github.com/shardlimiter/shardlimiter/limit"
 	"github.com/shardlimiter/shardlimiter/peer"
+	"github.com/shardlimiter/shardlimiter/ring"
 )
 
 // Options configure a simulated cluster. Zero values are defaults.
@@ -28,11 +29,15 @@ type Options struct {
 	// ReplicationInterval is peer.Config's; 0 means 100 ms (the command's
 	// default), negative turns replication off.
 	ReplicationInterval time.Duration
+	// Ring is every member's ring configuration (peer.Config.Ring).
+	Ring ring.Config
 	// Gossip, when set, adjusts each member's gossip configuration
 	// before it starts.
 	Gossip func(*gossip.Config)
 	// Logger receives the nodes' and gossip's logs; nil discards them.
 	Logger *slog.Logger
+	// Progress, when set, is told each step of Run as it ends.
+	Progress func(step string, took time.Duration)
 }
 
 // Member is one simulated node: a real peer.Node with real gossip, on
@@ -120,7 +125,7 @@ func (c *Cluster) start(name, ip string, seeds []string) (*Member, error) {
 		return nil, err
 	}
 	m.Node, err = peer.New(peer.Config{Name: name, GRPCAddr: gc.GRPCAddr, PeerAddr: m.PeerAddr, Gossip: ms,
-		Peers: c.Peers, ReplicationInterval: c.opt.ReplicationInterval, Logger: c.opt.Logger.With("node", name)})
+		Peers: c.Peers, ReplicationInterval: c.opt.ReplicationInterval, Ring: c.opt.Ring, Logger: c.opt.Logger.With("node", name)})
 	if err != nil {
 		return nil, err
 	}

@@ -12,11 +12,11 @@ import (
 // RingBuild returns the mean time of what a member's rebuild computes for
 // a ring of n members: the snapshot and the snapshot without the member
 // itself (where its keys are replicated), over reps builds.
-func RingBuild(n, reps int) (time.Duration, error) {
+func RingBuild(n, reps int, cfg ring.Config) (time.Duration, error) {
 	ms := ringMembers(n)
 	start := time.Now()
 	for range reps {
-		snap, err := ring.New(ms, 1, ring.Config{})
+		snap, err := ring.New(ms, 1, cfg)
 		if err != nil {
 			return 0, err
 		}
@@ -71,4 +71,22 @@ func MovedFraction(before, after *ring.Snapshot, keys []string) float64 {
 		}
 	}
 	return float64(k) / float64(max(1, len(keys)))
+}
+
+// RingOnly measures, without running members, what the ring alone
+// decides at n members under cfg: the rebuild time, the spread over
+// keys, and the keys one more member moves over the ideal 1/(n+1).
+func RingOnly(n int, keys []string, cfg ring.Config) (build time.Duration, spread Spread, movedIdeal float64, err error) {
+	if build, err = RingBuild(n, max(3, 3000/n), cfg); err != nil {
+		return 0, Spread{}, 0, err
+	}
+	before, err := ring.New(ringMembers(n), 1, cfg)
+	if err != nil {
+		return 0, Spread{}, 0, err
+	}
+	after, err := ring.New(ringMembers(n+1), 2, cfg)
+	if err != nil {
+		return 0, Spread{}, 0, err
+	}
+	return build, SpreadOf(before, keys), MovedFraction(before, after, keys) * float64(n+1), nil
 }

@@ -22,6 +22,9 @@ type Params struct {
 	Rate      int           // checks/s of "replicate"; 0 means 1,000
 	Batches   int           // of 100 checks, for "forward"; 0 means 200
 	Timeout   time.Duration // for each agreement; 0 means 60 s
+	// RingOnly measures the ring alone (rebuild, spread, keys moved by a
+	// join), with no members running: for sizes the machine cannot run.
+	RingOnly bool
 }
 
 // Report holds one Run's figures; a zero figure was not measured.
@@ -60,15 +63,20 @@ func Run(ctx context.Context, opt Options, p Params) (Report, error) {
 	p = p.withDefaults()
 	r := Report{N: p.N, K: p.K}
 	var err error
-	if r.RingBuild, err = RingBuild(p.N, max(3, 3000/p.N)); err != nil {
+	keys := Keys(rand.New(rand.NewPCG(opt.Seed, 1)), p.K)
+	if p.RingOnly {
+		r.RingBuild, r.Spread, r.JoinMovedIdeal, err = RingOnly(p.N, keys, opt.Ring)
 		return r, err
 	}
+	if r.RingBuild, err = RingBuild(p.N, max(3, 3000/p.N), opt.Ring); err != nil {
+		return r, err
+	}
+	start := time.Now()
 	c := NewCluster(opt)
 	defer c.Stop()
 	if r.Form, err = c.Form(p.N, max(p.Timeout, time.Duration(p.N)*100*time.Millisecond)); err != nil {
 		return r, err
 	}
-	keys := Keys(rand.New(rand.NewPCG(opt.Seed, 1)), p.K)
 	if err := c.Fill(ctx, keys, 100); err != nil {
 		return r, err
 	}
@@ -79,16 +87,28 @@ func Run(ctx context.Context, opt Options, p Params) (Report, error) {
 		return r, err
 	}
 	r.Spread = SpreadOf(snap, keys)
+	progress(opt, "form and fill", start)
 	for _, s := range p.Scenarios {
 		fn := scenarios[s]
 		if fn == nil {
 			return r, fmt.Errorf("sim: unknown scenario %q", s)
 		}
+		t0 := time.Now()
 		if err := fn(ctx, c, p, keys, &r); err != nil {
 			r.Errors = append(r.Errors, s+": "+err.Error())
 		}
+		progress(opt, s, t0)
+		if ctx.Err() != nil {
+			return r, ctx.Err()
+		}
 	}
 	return r, nil
+}
+
+func progress(opt Options, step string, since time.Time) {
+	if opt.Progress != nil {
+		opt.Progress(step, time.Since(since))
+	}
 }
 
 func (p Params) withDefaults() Params {

@@ -19,6 +19,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/shardlimiter/shardlimiter/ring"
 	"github.com/shardlimiter/shardlimiter/sim"
 )
 
@@ -48,6 +49,10 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	rate := fs.Int("rate", 1000, "checks per second of replicate (random keys of the k)")
 	repl := fs.Duration("replication", 100*time.Millisecond, "replication interval (0: off)")
 	timeout := fs.Duration("timeout", 60*time.Second, "longest wait for one agreement")
+	ringOnly := fs.Bool("ring-only", false, "measure the ring alone (rebuild, spread, keys moved by a join) with no members running: sizes the machine cannot run")
+	parts := fs.Int("ring-partitions", 0, "ring.Config.PartitionCount (0: the default, 4093); every figure uses it")
+	vnodes := fs.Int("ring-vnodes", 0, "ring.Config.ReplicationFactor (0: the default, 100)")
+	load := fs.Float64("ring-load", 0, "ring.Config.Load (0: the default, 1.05)")
 	logs := fs.Bool("logs", false, "print the nodes' warnings and errors to stderr")
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
@@ -63,14 +68,15 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	if *k < 1 {
 		return config{}, fmt.Errorf("-k: %d: want at least 1 key", *k)
 	}
-	cfg.opt = sim.Options{Seed: *seed, Latency: *latency, ReplicationInterval: *repl}
+	cfg.opt = sim.Options{Seed: *seed, Latency: *latency, ReplicationInterval: *repl,
+		Ring: ring.Config{PartitionCount: *parts, ReplicationFactor: *vnodes, Load: *load}}
 	if *repl == 0 {
 		cfg.opt.ReplicationInterval = -1
 	}
 	if *logs {
 		cfg.opt.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
-	cfg.params = sim.Params{K: *k, Window: *window, Rate: *rate, Timeout: *timeout}
+	cfg.params = sim.Params{K: *k, Window: *window, Rate: *rate, Timeout: *timeout, RingOnly: *ringOnly}
 	if *scen != "" {
 		cfg.params.Scenarios = strings.Split(*scen, ",")
 	}
@@ -89,7 +95,11 @@ func run(args []string, stdout, stderr io.Writer) error {
 		p := cfg.params
 		p.N = n
 		start := time.Now()
-		r, err := sim.Run(ctx, cfg.opt, p)
+		opt := cfg.opt
+		opt.Progress = func(step string, took time.Duration) {
+			fmt.Fprintf(stderr, "N=%d: %s took %v\n", n, step, took.Round(time.Millisecond))
+		}
+		r, err := sim.Run(ctx, opt, p)
 		if err != nil {
 			return fmt.Errorf("N=%d: %w", n, err)
 		}
