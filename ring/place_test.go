@@ -55,7 +55,6 @@ func placeConsistent(sorted []Member, cfg Config) (owners []uint16, owned []int,
 	return owners, owned, nil
 }
 
-
 // place gives every partition the owner consistent gives it: member sets
 // of 1 to 300 random names, and names that differ in one character, under
 // the default Config and others.
