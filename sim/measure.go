@@ -75,7 +75,9 @@ func MovedFraction(before, after *ring.Snapshot, keys []string) float64 {
 
 // RingOnly measures, without running members, what the ring alone
 // decides at n members under cfg: the rebuild time, the spread over
-// keys, and the keys one more member moves over the ideal 1/(n+1).
+// keys, and the keys one more member moves over the ideal 1/(n+1), the
+// mean over ringJoins joins (each of another member, alone: one join's
+// figure depends on the name that joins).
 func RingOnly(n int, keys []string, cfg ring.Config) (build time.Duration, spread Spread, movedIdeal float64, err error) {
 	if build, err = RingBuild(n, max(3, 3000/n), cfg); err != nil {
 		return 0, Spread{}, 0, err
@@ -84,9 +86,17 @@ func RingOnly(n int, keys []string, cfg ring.Config) (build time.Duration, sprea
 	if err != nil {
 		return 0, Spread{}, 0, err
 	}
-	after, err := ring.New(ringMembers(n+1), 2, cfg)
-	if err != nil {
-		return 0, Spread{}, 0, err
+	var sum float64
+	for j := range ringJoins {
+		ms := append(ringMembers(n), ring.Member{Name: memberName(n + j)})
+		after, err := ring.New(ms, 2, cfg)
+		if err != nil {
+			return 0, Spread{}, 0, err
+		}
+		sum += MovedFraction(before, after, keys)
 	}
-	return build, SpreadOf(before, keys), MovedFraction(before, after, keys) * float64(n+1), nil
+	return build, SpreadOf(before, keys), sum / ringJoins * float64(n+1), nil
 }
+
+// ringJoins is how many joins RingOnly averages.
+const ringJoins = 10

@@ -45,6 +45,13 @@ func bytes(b float64) string {
 	return fmt.Sprintf("%.1f MiB", b/(1<<20))
 }
 
+func rate(b float64) string {
+	if b == 0 {
+		return "–"
+	}
+	return bytes(b) + "/s"
+}
+
 func handoff(h Handoff) string {
 	if h.Keys == 0 && h.Took == 0 {
 		return "–"
@@ -58,13 +65,16 @@ var rows = []row{
 	{"ring rebuild (ring.New + Without)", func(r Report) string { return dur(r.RingBuild) }},
 	{"spread: partitions, max ÷ mean", func(r Report) string { return num(r.Spread.Partitions, "%.3f") }},
 	{"spread: keys, max ÷ mean", func(r Report) string { return num(r.Spread.Keys, "%.3f") }},
-	{"gossip per member, idle", func(r Report) string { return bytes(r.GossipBytes) + "/s" }},
-	{"gossip, busiest member", func(r Report) string { return bytes(r.GossipBytesBusiest) + "/s" }},
+	{"gossip per member, idle", func(r Report) string { return rate(r.GossipBytes) }},
+	{"gossip, busiest member", func(r Report) string { return rate(r.GossipBytesBusiest) }},
 	{"CPU per member, idle", func(r Report) string { return num(r.CPUPerMember*1000, "%.1f ms/s") }},
 	{"forwards per batch of 100", func(r Report) string { return num(r.ForwardMsgs, "%.1f") }},
 	{"time per check, batches of 100", func(r Report) string { return dur(r.ForwardPerCheck) }},
 	{"replication, whole cluster", func(r Report) string {
-		return fmt.Sprintf("%s/s, %.0f keys/s", bytes(r.ReplicaBytes), r.ReplicaKeys)
+		if r.ReplicaKeys == 0 {
+			return "–"
+		}
+		return fmt.Sprintf("%s, %.0f keys/s", rate(r.ReplicaBytes), r.ReplicaKeys)
 	}},
 	{"join: one ring", func(r Report) string { return dur(r.Join) }},
 	{"join: keys moved ÷ ideal 1/(N+1)", func(r Report) string { return num(r.JoinMovedIdeal, "%.2f") }},
