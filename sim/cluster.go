@@ -145,15 +145,33 @@ func (c *Cluster) start(name, ip string, seeds []string) (*Member, error) {
 }
 
 // Form starts n members and waits until every one agrees on the ring of
-// all of them, up to timeout; it returns how long that took.
+// all of them, up to timeout per wave; it returns how long that took. Past 20
+// members they start in waves of a tenth, each wave once the last one
+// agrees: every member rebuilds its ring on each change, and a hundred
+// joins at once in one process starve memberlist's probes of CPU until
+// members suspect each other and the cluster flaps.
 func (c *Cluster) Form(n int, timeout time.Duration) (time.Duration, error) {
 	start := time.Now()
-	for range n {
-		if _, err := c.Start(); err != nil {
-			return 0, err
+	wave := n
+	if n > 20 {
+		wave = max(10, n/10)
+	}
+	for started := 0; started < n; {
+		t0 := time.Now()
+		for range min(wave, n-started) {
+			if _, err := c.Start(); err != nil {
+				return 0, err
+			}
+			started++
+		}
+		if _, err := c.WaitAgree(t0, timeout); err != nil {
+			return time.Since(start), err
+		}
+		if c.opt.Progress != nil {
+			c.opt.Progress(fmt.Sprintf("form: %d members agree", started), time.Since(t0))
 		}
 	}
-	return c.WaitAgree(start, timeout)
+	return time.Since(start), nil
 }
 
 // drop removes m from the running members.

@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"time"
@@ -32,9 +33,10 @@ func main() {
 
 // config is the command line.
 type config struct {
-	sizes  []int
-	opt    sim.Options
-	params sim.Params
+	sizes      []int
+	cpuProfile string
+	opt        sim.Options
+	params     sim.Params
 }
 
 func parse(args []string, stderr io.Writer) (config, error) {
@@ -53,6 +55,7 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	parts := fs.Int("ring-partitions", 0, "ring.Config.PartitionCount (0: the default, 4093); every figure uses it")
 	vnodes := fs.Int("ring-vnodes", 0, "ring.Config.ReplicationFactor (0: the default, 100)")
 	load := fs.Float64("ring-load", 0, "ring.Config.Load (0: the default, 1.05)")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this `file`")
 	logs := fs.Bool("logs", false, "print the nodes' warnings and errors to stderr")
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
@@ -76,6 +79,7 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	if *logs {
 		cfg.opt.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
+	cfg.cpuProfile = *cpuProfile
 	cfg.params = sim.Params{K: *k, Window: *window, Rate: *rate, Timeout: *timeout, RingOnly: *ringOnly}
 	if *scen != "" {
 		cfg.params.Scenarios = strings.Split(*scen, ",")
@@ -87,6 +91,17 @@ func run(args []string, stdout, stderr io.Writer) error {
 	cfg, err := parse(args, stderr)
 	if err != nil {
 		return err
+	}
+	if cfg.cpuProfile != "" {
+		f, err := os.Create(cfg.cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
