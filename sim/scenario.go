@@ -20,7 +20,7 @@ type Params struct {
 	Scenarios []string
 	Window    time.Duration // of "idle" and "replicate"; 0 means 5 s
 	Rate      int           // checks/s of "replicate"; 0 means 1,000
-	Batches   int           // of 100 checks, for "forward"; 0 means 200
+	Batches   int           // of 100 checks, for "forward"; 0 means 1,000
 	Timeout   time.Duration // for each agreement; 0 means 60 s
 	// RingOnly measures the ring alone (rebuild, spread, keys moved by a
 	// join), with no members running: for sizes the machine cannot run.
@@ -39,7 +39,7 @@ type Report struct {
 	GossipBytesBusiest    float64       // the busiest member's, per second
 	CPUPerMember          float64       // idle, seconds per second per member (all the node's goroutines)
 	ForwardMsgs           float64       // Forward calls per batch of 100 entering a random member
-	ForwardPerCheck       time.Duration // wall time per check of such batches, one at a time
+	ForwardPerCheck       time.Duration // wall time per check of the median such batch, one at a time
 	ReplicaBytes          float64       // per second, whole cluster, at Rate checks/s
 	ReplicaKeys           float64       // key states sent per second, likewise
 	Join, Leave, Crash    time.Duration // until every member agrees on the new ring
@@ -125,7 +125,7 @@ func (p Params) withDefaults() Params {
 		p.Rate = 1000
 	}
 	if p.Batches <= 0 {
-		p.Batches = 200
+		p.Batches = 1000
 	}
 	if p.Timeout <= 0 {
 		p.Timeout = 60 * time.Second

@@ -69,7 +69,7 @@ var rows = []row{
 	{"gossip, busiest member", func(r Report) string { return rate(r.GossipBytesBusiest) }},
 	{"CPU per member, idle", func(r Report) string { return num(r.CPUPerMember*1000, "%.1f ms/s") }},
 	{"forwards per batch of 100", func(r Report) string { return num(r.ForwardMsgs, "%.1f") }},
-	{"time per check, batches of 100", func(r Report) string { return dur(r.ForwardPerCheck) }},
+	{"time per check, median batch of 100", func(r Report) string { return dur(r.ForwardPerCheck) }},
 	{"replication, whole cluster", func(r Report) string {
 		if r.ReplicaKeys == 0 {
 			return "–"
