@@ -20,6 +20,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/shardlimiter/shardlimiter/gossip"
 	"github.com/shardlimiter/shardlimiter/ring"
 	"github.com/shardlimiter/shardlimiter/sim"
 )
@@ -55,6 +56,8 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	parts := fs.Int("ring-partitions", 0, "ring.Config.PartitionCount (0: the default, 4093); every figure uses it")
 	vnodes := fs.Int("ring-vnodes", 0, "ring.Config.ReplicationFactor (0: the default, 100)")
 	load := fs.Float64("ring-load", 0, "ring.Config.Load (0: the default, 1.05)")
+	gossipEvery := fs.Duration("gossip-interval", 0, "gossip.Config.GossipInterval of every member (0: the default, 500 ms)")
+	gossipNodes := fs.Int("gossip-nodes", 0, "gossip.Config.GossipNodes of every member (0: the default, 3)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this `file`")
 	logs := fs.Bool("logs", false, "print the nodes' warnings and errors to stderr")
 	if err := fs.Parse(args); err != nil {
@@ -73,6 +76,9 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	}
 	cfg.opt = sim.Options{Seed: *seed, Latency: *latency, ReplicationInterval: *repl,
 		Ring: ring.Config{PartitionCount: *parts, ReplicationFactor: *vnodes, Load: *load}}
+	if *gossipEvery > 0 || *gossipNodes > 0 {
+		cfg.opt.Gossip = func(c *gossip.Config) { c.GossipInterval, c.GossipNodes = *gossipEvery, *gossipNodes }
+	}
 	if *repl == 0 {
 		cfg.opt.ReplicationInterval = -1
 	}

@@ -50,7 +50,7 @@ var allowed = map[string][]string{
 	// The cluster simulator: real nodes, rings and gossip on in-memory
 	// networks, in one process; and its command.
 	"sim":           {"limit", "ring", "gossip", "peer"},
-	"cmd/simulate":  {"limit", "ring", "sim"},
+	"cmd/simulate":  {"gossip", "ring", "sim"},
 	"internal/poll": {},
 
 	// TLS material and files that are reloaded when they change: standard
