@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shardlimiter/shardlimiter/internal/poll"
 	"github.com/shardlimiter/shardlimiter/limit"
 	"github.com/shardlimiter/shardlimiter/ring"
 )
@@ -80,14 +81,8 @@ func TestJoinLeavesOneRingAndOneOwnerPerKey(t *testing.T) {
 		}
 		// The pull of a partition the new member gained may still be on
 		// its way: wait for the owner to hold the key's hit.
-		var got int64
-		deadline := time.Now().Add(10 * time.Second)
-		for got = spentOn(t, c, owner, k); got != 1 && time.Now().Before(deadline); got = spentOn(t, c, owner, k) {
-			time.Sleep(10 * time.Millisecond)
-		}
-		if got != 1 {
-			t.Fatalf("key %q: %d hits counted on its owner %s, want 1", k, got, owner)
-		}
+		poll.Until(t, 10*time.Second, func() bool { return spentOn(t, c, owner, k) == 1 },
+			"key %q: 1 hit counted on its owner %s", k, owner)
 		if owner == c.Running()[3].Name {
 			moved++
 		}
