@@ -85,6 +85,21 @@ type Config struct {
 	// Resolver looks up a host name's addresses. Nil means
 	// net.DefaultResolver.LookupHost; tests substitute a fake.
 	Resolver func(ctx context.Context, host string) ([]string, error)
+	// GossipInterval is how often each member sends the news it holds
+	// (joins, deaths, suspicions) to GossipNodes other members, besides
+	// what rides on its probes. News reaches all N members in about
+	// log(N) rounds, so larger clusters learn a crash or a join sooner
+	// with a shorter interval, at the cost of more wake-ups of an idle
+	// member (see gossipConfig). Zero means 500 ms.
+	GossipInterval time.Duration
+	// GossipNodes is how many members each gossip round sends to. Zero
+	// means memberlist's 3.
+	GossipNodes int
+	// Transport, when set, makes memberlist's transport from its config
+	// when Run starts (it may set the config's ports): an in-memory network
+	// runs many members in one process (package sim). Nil: memberlist's
+	// own UDP and TCP sockets on BindAddr.
+	Transport func(*memberlist.Config) (memberlist.Transport, error)
 }
 
 // Membership is this node's view of the cluster, kept by gossip
@@ -538,15 +553,25 @@ func (m *Membership) gossipConfig(ctx context.Context) (*memberlist.Config, erro
 	c.SuspicionMult = 3
 	c.SuspicionMaxTimeoutMult = 2
 	c.GossipInterval = 500 * time.Millisecond
+	if m.cfg.GossipInterval > 0 {
+		c.GossipInterval = m.cfg.GossipInterval
+	}
+	if m.cfg.GossipNodes > 0 {
+		c.GossipNodes = m.cfg.GossipNodes
+	}
 	c.DeadNodeReclaimTime = 500 * time.Millisecond
 	c.TCPTimeout = 3 * time.Second
 	c.EnableCompression = false
 	h := &hooks{m: m}
 	c.Delegate, c.Events, c.Conflict = h, h, h
 	c.Logger = gossipLogger(m.log, &m.rejected)
+	mk := m.cfg.Transport
 	if m.testTransport != nil {
+		mk = m.testTransport
+	}
+	if mk != nil {
 		var err error
-		if c.Transport, err = m.testTransport(c); err != nil {
+		if c.Transport, err = mk(c); err != nil {
 			return nil, err
 		}
 	}

@@ -62,7 +62,7 @@ type job struct {
 // push has been answered.
 func (mv *mover) planHandoff(old, cur *view) []chan struct{} {
 	pl := handoffPlan{old: old, why: limit.Join,
-		pulls: map[string]*job{}, pushes: map[string]*job{}, withouts: map[string]*ring.Snapshot{}}
+		pulls: map[string]*job{}, pushes: map[string]*job{}}
 	if cur.snap.Len() < old.snap.Len() {
 		pl.why = limit.Leave
 	}
@@ -99,8 +99,7 @@ func (mv *mover) planHandoff(old, cur *view) []chan struct{} {
 type handoffPlan struct {
 	old           *view
 	why           limit.Transfer
-	pulls, pushes map[string]*job           // by source (pulls) and destination (pushes)
-	withouts      map[string]*ring.Snapshot // old without a member, built on demand (backupOf)
+	pulls, pushes map[string]*job // by source (pulls) and destination (pushes)
 }
 
 // planOwnLocked marks partition p, which the new ring gives this node
@@ -116,7 +115,7 @@ func (mv *mover) planOwnLocked(h *handoff, pl *handoffPlan, p int, was ring.Memb
 		// Gained: take its state from the old owner, even when some
 		// of it was received already (merging is idempotent, and
 		// the old owner may have decided more since).
-		backup, here := mv.backupOf(pl.old.snap, was.Name, p, pl.withouts)
+		backup, here := mv.backupOf(pl.old, was.Name, p)
 		h.setLocked(p, partIncoming, partDetail{from: was, backup: backup, replicaHere: here, done: make(chan struct{}), why: pl.why})
 	case kind == partReceived:
 		h.setLocked(p, partNormal, partDetail{})
@@ -159,17 +158,10 @@ func addPart(jobs map[string]*job, key string, j job, p int) *job {
 // owner owned it (the owner of p once owner is gone). It returns a zero
 // Member when there is none, or when that is this node: then here is true
 // (it has the replica already).
-func (mv *mover) backupOf(old *ring.Snapshot, owner string, p int, cache map[string]*ring.Snapshot) (m ring.Member, here bool) {
-	if old.Len() < 2 {
-		return ring.Member{}, false
-	}
-	w := cache[owner]
+func (mv *mover) backupOf(old *view, owner string, p int) (m ring.Member, here bool) {
+	w := old.without(owner) // cached in the view: markReplicaMoves asks for the same rings
 	if w == nil {
-		var err error
-		if w, err = old.Without(owner); err != nil {
-			return ring.Member{}, false
-		}
-		cache[owner] = w
+		return ring.Member{}, false
 	}
 	m = w.Member(w.PartitionOwner(p))
 	if m.Name == mv.cfg.Name {

@@ -7,8 +7,9 @@
 // The key space is cut into a fixed number of partitions
 // (Config.PartitionCount); a key belongs to partition xxhash(key) mod
 // PartitionCount. Partitions are placed on members by consistent hashing with
-// bounded loads (github.com/buraksezer/consistent, hashed with
-// github.com/cespare/xxhash/v2): each member appears ReplicationFactor times
+// bounded loads (the algorithm of github.com/buraksezer/consistent v1.0.0,
+// owner for owner, computed in place.go without the library's sort per
+// member; hashed with github.com/cespare/xxhash/v2): each member appears ReplicationFactor times
 // on a hash ring, and a partition goes to the first member clockwise from the
 // partition's own hash that holds fewer than ⌈Load·P/N⌉ partitions. New runs
 // that placement once and keeps only the resulting partition→owner table, so a

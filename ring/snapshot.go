@@ -6,12 +6,15 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/buraksezer/consistent"
 	"github.com/cespare/xxhash/v2"
 )
 
 // ErrNoMembers is returned by New for an empty member list.
 var ErrNoMembers = errors.New("ring: no members")
+
+// errNoRoom is returned by place when no member has room for a partition;
+// Config.resolve rules that out.
+var errNoRoom = errors.New("ring: no member has room for a partition")
 
 // Member is one node as the ring sees it. Name must be non-empty and unique
 // within a member list.
@@ -84,48 +87,6 @@ func sortedMembers(members []Member) ([]Member, error) {
 		}
 	}
 	return sorted, nil
-}
-
-// node is a member's identity on the consistent-hash ring: its name only.
-type node string
-
-func (n node) String() string { return string(n) }
-
-// hasher adapts xxhash to consistent.Hasher.
-type hasher struct{}
-
-func (hasher) Sum64(b []byte) uint64 { return xxhash.Sum64(b) }
-
-// place runs the bounded-load placement over sorted (already validated, and
-// sorted so that even a hash collision between two members' ring points is
-// resolved the same way on every node) and flattens the result into a
-// partition → member index table.
-func place(sorted []Member, cfg Config) (owners []uint16, owned []int, err error) {
-	nodes := make([]consistent.Member, len(sorted))
-	for i, m := range sorted {
-		nodes[i] = node(m.Name)
-	}
-	c := consistent.New(nodes, consistent.Config{
-		Hasher:            hasher{},
-		PartitionCount:    cfg.PartitionCount,
-		ReplicationFactor: cfg.ReplicationFactor,
-		Load:              cfg.Load,
-	})
-	owners = make([]uint16, cfg.PartitionCount)
-	owned = make([]int, len(sorted))
-	for p := range owners {
-		m := c.GetPartitionOwner(p)
-		if m == nil { // consistent assigns every partition; guard against a change
-			return nil, nil, fmt.Errorf("ring: partition %d has no owner", p)
-		}
-		i, ok := indexOf(sorted, m.String())
-		if !ok {
-			return nil, nil, fmt.Errorf("ring: partition %d owned by unknown member %q", p, m.String())
-		}
-		owners[p] = uint16(i)
-		owned[i]++
-	}
-	return owners, owned, nil
 }
 
 // OwnerIndex returns the index in Members of the member that owns key. It

@@ -139,6 +139,7 @@ func TestDocCommandsRun(t *testing.T) {
 // the test does not have, by their beginning, with the reason.
 var excludedCommands = []struct{ prefix, why string }{
 	{"go run ./loadtest", "a load run with clusters of its own, seconds to minutes each; loadtest's own tests run its modes"},
+	{"go run ./cmd/simulate", "simulations of clusters of up to hundreds of members, minutes each; sim's own tests run small ones"},
 	{"shardlimiter config check /etc/", "a rules directory on the reader's machine"},
 }
 

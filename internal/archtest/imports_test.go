@@ -49,9 +49,13 @@ var allowed = map[string][]string{
 	"cmd/shardlimiter":     {"*"},
 	"loadtest":             {"limit", "transport", "transport/dial", "transport/server", "api/native", "api/gubernator/gubpb", "internal/wide", "internal/netns", "loadtest/nemesis", "client"},
 	"internal/archtest":    {},
-	"internal/poll":        {},
-	"internal/netns":       {},
-	"loadtest/nemesis":     {"limit"},
+	// The cluster simulator: real nodes, rings and gossip on in-memory
+	// networks, in one process; and its command.
+	"sim":              {"limit", "ring", "gossip", "peer"},
+	"cmd/simulate":     {"gossip", "ring", "sim"},
+	"internal/poll":    {},
+	"internal/netns":   {},
+	"loadtest/nemesis": {"limit"},
 
 	// TLS material and files that are reloaded when they change: standard
 	// library only, so transport, cmd and tests can share them.

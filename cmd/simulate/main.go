@@ -1,0 +1,138 @@
+// Command simulate runs clusters of real shardlimiter nodes in one process
+// (package sim: the real ring, peer.Node and memberlist, on in-memory
+// networks) and prints what each size costs, one column per cluster size:
+//
+//	go run ./cmd/simulate -n 3,10,30 -k 10000
+//
+// See docs/SCALING.md for what each row means and the figures measured.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"runtime/pprof"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/shardlimiter/shardlimiter/gossip"
+	"github.com/shardlimiter/shardlimiter/ring"
+	"github.com/shardlimiter/shardlimiter/sim"
+)
+
+func main() {
+	if err := run(os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "simulate:", err)
+		os.Exit(1)
+	}
+}
+
+// config is the command line.
+type config struct {
+	sizes      []int
+	cpuProfile string
+	opt        sim.Options
+	params     sim.Params
+}
+
+func parse(args []string, stderr io.Writer) (config, error) {
+	fs := flag.NewFlagSet("simulate", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	sizes := fs.String("n", "3,5", "cluster sizes to run, comma-separated, each a cluster of its own")
+	k := fs.Int("k", 10_000, "keys of state, one hit each, before the scenarios")
+	scen := fs.String("scenario", "", "scenarios, comma-separated, in order: idle, forward, replicate, join, leave, crash, partition, restart (rolling); empty: all but restart")
+	seed := fs.Uint64("seed", 1, "seed of the keys and of every choice of member")
+	latency := fs.Duration("latency", 0, "delay of each node-to-node call and gossip packet")
+	window := fs.Duration("window", 5*time.Second, "how long idle and replicate measure")
+	rate := fs.Int("rate", 1000, "checks per second of replicate (random keys of the k)")
+	repl := fs.Duration("replication", 100*time.Millisecond, "replication interval (0: off)")
+	timeout := fs.Duration("timeout", 60*time.Second, "longest wait for one agreement")
+	ringOnly := fs.Bool("ring-only", false, "measure the ring alone (rebuild, spread, keys moved by a join) with no members running: sizes the machine cannot run")
+	parts := fs.Int("ring-partitions", 0, "ring.Config.PartitionCount (0: the default, 4093); every figure uses it")
+	vnodes := fs.Int("ring-vnodes", 0, "ring.Config.ReplicationFactor (0: the default, 100)")
+	load := fs.Float64("ring-load", 0, "ring.Config.Load (0: the default, 1.05)")
+	gossipEvery := fs.Duration("gossip-interval", 0, "gossip.Config.GossipInterval of every member (0: the default, 500 ms)")
+	gossipNodes := fs.Int("gossip-nodes", 0, "gossip.Config.GossipNodes of every member (0: the default, 3)")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this `file`")
+	logs := fs.Bool("logs", false, "print the nodes' warnings and errors to stderr")
+	if err := fs.Parse(args); err != nil {
+		return config{}, err
+	}
+	var cfg config
+	for _, s := range strings.Split(*sizes, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n < 1 || n > 4096 {
+			return config{}, fmt.Errorf("-n: %q is not a size of 1 to 4096", s)
+		}
+		cfg.sizes = append(cfg.sizes, n)
+	}
+	if *k < 1 {
+		return config{}, fmt.Errorf("-k: %d: want at least 1 key", *k)
+	}
+	cfg.opt = sim.Options{Seed: *seed, Latency: *latency, ReplicationInterval: *repl,
+		Ring: ring.Config{PartitionCount: *parts, ReplicationFactor: *vnodes, Load: *load}}
+	if *gossipEvery > 0 || *gossipNodes > 0 {
+		cfg.opt.Gossip = func(c *gossip.Config) { c.GossipInterval, c.GossipNodes = *gossipEvery, *gossipNodes }
+	}
+	if *repl == 0 {
+		cfg.opt.ReplicationInterval = -1
+	}
+	if *logs {
+		cfg.opt.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
+	cfg.cpuProfile = *cpuProfile
+	cfg.params = sim.Params{K: *k, Window: *window, Rate: *rate, Timeout: *timeout, RingOnly: *ringOnly}
+	if *scen != "" {
+		cfg.params.Scenarios = strings.Split(*scen, ",")
+	}
+	return cfg, nil
+}
+
+func run(args []string, stdout, stderr io.Writer) error {
+	cfg, err := parse(args, stderr)
+	if err != nil {
+		return err
+	}
+	if cfg.cpuProfile != "" {
+		f, err := os.Create(cfg.cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	var reports []sim.Report
+	for _, n := range cfg.sizes {
+		p := cfg.params
+		p.N = n
+		start := time.Now()
+		opt := cfg.opt
+		opt.Progress = func(step string, took time.Duration) {
+			fmt.Fprintf(stderr, "N=%d: %s took %v\n", n, step, took.Round(time.Millisecond))
+		}
+		r, err := sim.Run(ctx, opt, p)
+		if err != nil {
+			return fmt.Errorf("N=%d: %w", n, err)
+		}
+		fmt.Fprintf(stderr, "N=%d done in %v\n", n, time.Since(start).Round(time.Second))
+		for _, e := range r.Errors {
+			fmt.Fprintf(stderr, "N=%d: %s\n", n, e)
+		}
+		reports = append(reports, r)
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	sim.WriteTable(stdout, reports)
+	return nil
+}
