@@ -268,6 +268,12 @@ func (c *config) validate(set map[string]bool) error {
 		}
 	}
 	c.validateChurn(bad)
+	c.validateModes(bad)
+	return errors.Join(errs...)
+}
+
+// validateModes checks the flags of --api rlqs and --mode nemesis.
+func (c *config) validateModes(bad func(string, ...any)) {
 	if c.api == apiRLQS {
 		c.rlqs.validate(bad)
 	}
@@ -279,7 +285,6 @@ func (c *config) validate(set map[string]bool) error {
 	if len(c.faults) > 0 && c.mode != modeNemesis {
 		bad("--faults applies to --mode nemesis")
 	}
-	return errors.Join(errs...)
 }
 
 func (c *config) validateLoad(bad func(string, ...any)) {

@@ -233,15 +233,7 @@ func validate(raw map[string]*string, fromEnv map[string]bool) (config, error) {
 		p.bad("metrics-max-detailed", "want 0 or a positive integer, got %q", *raw["metrics-max-detailed"])
 	}
 	c.rls.maxDetailed = c.metricsMaxDetailed
-	if c.pprof, err = strconv.ParseBool(*raw["pprof"]); err != nil {
-		p.bad("pprof", "want true or false, got %q", *raw["pprof"])
-	}
-	if c.leases, err = strconv.ParseBool(*raw["leases"]); err != nil {
-		p.bad("leases", "want true or false, got %q", *raw["leases"])
-	}
-	if c.clientLeases, err = strconv.ParseBool(*raw["client-leases"]); err != nil {
-		p.bad("client-leases", "want true or false, got %q", *raw["client-leases"])
-	}
+	c.pprof, c.leases, c.clientLeases = p.boolean("pprof"), p.boolean("leases"), p.boolean("client-leases")
 	if c.leaseRate, err = strconv.ParseFloat(*raw["lease-threshold"], 64); err != nil || !(c.leaseRate > 0) || math.IsInf(c.leaseRate, 0) {
 		p.bad("lease-threshold", "want a positive number of checks per second, got %q", *raw["lease-threshold"])
 	}
@@ -266,6 +258,14 @@ func (p *flagParser) bad(name, format string, a ...any) {
 }
 
 // positiveInt reads an integer > 0.
+func (p *flagParser) boolean(name string) bool {
+	b, err := strconv.ParseBool(*p.raw[name])
+	if err != nil {
+		p.bad(name, "want true or false, got %q", *p.raw[name])
+	}
+	return b
+}
+
 func (p *flagParser) positiveInt(name string) int {
 	n, err := strconv.Atoi(*p.raw[name])
 	if err != nil || n <= 0 {
