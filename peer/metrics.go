@@ -42,7 +42,7 @@ type metrics struct {
 func newMetrics(reg prometheus.Registerer, n *Node, maxRules int) *metrics {
 	fallback := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "shardlimiter_peer_fallback_decisions_total",
-		Help: "Checks decided by the fail policy because their owner could not be reached, by policy.",
+		Help: "Checks decided by the fail policy because their owner could not be reached (or this node had not joined its cluster yet), by policy.",
 	}, []string{"policy"})
 	m := &metrics{
 		ringMembers: prometheus.NewGauge(prometheus.GaugeOpts{

@@ -239,6 +239,9 @@ type Node struct {
 	// decidedAlone: a client batch was routed here while the ring held
 	// this node alone, so its tables may hold state nobody else has.
 	decidedAlone atomic.Bool
+	// warnedUnjoined: the log said once that client checks came before the
+	// node joined its seeds (route.go, fallbackUnjoined).
+	warnedUnjoined atomic.Bool
 
 	// Wake-ups, each cap 1, signalled without blocking, never closed: an
 	// idle node runs no timer of its own (see sweepLoop, and the mover's

@@ -18,6 +18,27 @@ import (
 // converge within a gossip round, so two hops suffice.
 const maxRedirects = 2
 
+// errNotJoined is why a node that has not joined its seeds yet answers
+// client checks by the fail policy.
+var errNotJoined = errors.New("this node has not joined its cluster yet")
+
+// unjoined reports whether this node has seeds it has not joined yet
+// while its ring holds it alone: a node (re)starting beside a running
+// cluster, whose members decide the keys it would decide alone.
+func (n *Node) unjoined(v *view) bool {
+	return v.snap.Len() == 1 && n.cfg.Gossip != nil && !n.cfg.Gossip.Joined()
+}
+
+// fallbackUnjoined answers the items of a node not joined yet by the fail
+// policy, counted as such, and says so once until the node has joined.
+func (n *Node) fallbackUnjoined(ctx context.Context, v *view, checks []limit.Check, idx []int, res []limit.Result) {
+	if !n.warnedUnjoined.Swap(true) {
+		n.log.Warn("client checks before this node joined its cluster: they follow the fail policy (counted in shardlimiter_peer_fallback_decisions_total) until it has",
+			"policy", policyNames[n.cfg.FailPolicy], "checks", len(idx))
+	}
+	n.fallback(ctx, v.snap.Member(v.self), checks, idx, res, errNotJoined)
+}
+
 // handoffWait bounds how long a check waits for the state of an incoming
 // partition before it is decided from what this node holds.
 const handoffWait = 2 * time.Second
@@ -42,8 +63,10 @@ func (n *Node) Check(ctx context.Context, checks []limit.Check) ([]limit.Result,
 		n.decidedAlone.Store(true)
 	}
 	marked := n.ho.busy()
+	unjoined := n.unjoined(v)
 	var remote [][]int // by owner index: the items to forward there
 	var moved []routed // items of partitions moved elsewhere
+	var alone []int    // items of a node not joined yet: the fail policy
 	for i, end := 0, 0; i < len(checks); i = end {
 		c := &checks[i]
 		if end = validRun(checks, i, res); end < 0 {
@@ -62,6 +85,12 @@ func (n *Node) Check(ctx context.Context, checks []limit.Check) ([]limit.Result,
 				continue
 			}
 		}
+		if o == v.self && unjoined {
+			for j := i; j < end; j++ {
+				alone = append(alone, j)
+			}
+			continue
+		}
 		if o == v.self {
 			n.decideRun(kb, checks[i:end], res[i:end], now)
 			continue
@@ -77,6 +106,9 @@ func (n *Node) Check(ctx context.Context, checks []limit.Check) ([]limit.Result,
 		}
 	}
 	n.ho.deciding.RUnlock()
+	if len(alone) > 0 {
+		n.fallbackUnjoined(ctx, v, checks, alone, res)
+	}
 
 	groups := make([]group, 0, len(remote)+len(moved))
 	for o, items := range remote {

@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"runtime"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/shardlimiter/shardlimiter/internal/poll"
+	"github.com/shardlimiter/shardlimiter/limit"
 	"github.com/shardlimiter/shardlimiter/ring"
 )
 
@@ -94,5 +97,61 @@ func TestLeaveIsNotUndoneByAConcurrentRebuild(t *testing.T) {
 			t.Fatalf("iteration %d: after Leave the ring is %v (version %d), still holding the leaving node",
 				i, names(v.snap.Members()), v.snap.Version())
 		}
+	}
+}
+
+// joiningGossip is the membership of node a, alone, that has seeds it has
+// not joined until joined is set.
+type joiningGossip struct {
+	changed chan struct{}
+	joined  atomic.Bool
+}
+
+func (g *joiningGossip) Run(ctx context.Context) error { <-ctx.Done(); return nil }
+func (g *joiningGossip) Members() []ring.Member {
+	return []ring.Member{{Name: "a", Addr: "a:1"}}
+}
+func (g *joiningGossip) Changed() <-chan struct{}  { return g.changed }
+func (g *joiningGossip) Joined() bool              { return g.joined.Load() }
+func (g *joiningGossip) Leave(time.Duration) error { return nil }
+
+// A node (re)started beside a running cluster holds a ring of itself until
+// it has joined: deciding its client checks as their owner would count
+// them twice, once here and once on the cluster's owner, uncounted. They
+// follow the fail policy, counted, until it has joined; then the node
+// decides again.
+func TestChecksBeforeJoiningFollowTheFailPolicy(t *testing.T) {
+	t.Parallel()
+	g := &joiningGossip{changed: make(chan struct{}, 1)}
+	n, err := New(Config{Name: "a", GRPCAddr: "a:1", Gossip: g, FailPolicy: FailClosed})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- n.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	g.changed <- struct{}{}
+	poll.Until(t, 5*time.Second, func() bool { return n.view.Load().self >= 0 }, "%s", "the ring of a alone")
+
+	chk := []limit.Check{{Name: "r", Key: "k", Hits: 1, Rule: rule(limit.TokenBucket, 5, time.Minute)}}
+	res, err := n.Check(context.Background(), chk)
+	if err != nil || res[0].Reason != limit.Unavailable || !strings.Contains(res[0].Error, "not joined") {
+		t.Fatalf("check before joining = %+v, %v; want an unavailable item error (fail-closed)", res, err)
+	}
+	if got := counterValue(n.m.fallback[FailClosed]); got != 1 {
+		t.Fatalf("fail-closed decisions = %v, want 1", got)
+	}
+	if n.Ready() {
+		t.Fatal("a node that has not joined reports ready")
+	}
+
+	g.joined.Store(true)
+	res, err = n.Check(context.Background(), chk)
+	if err != nil || res[0].Error != "" || !res[0].Allowed || res[0].Remaining != 4 {
+		t.Fatalf("check after joining = %+v, %v; want decided here, remaining 4", res, err)
+	}
+	if got := counterValue(n.m.fallback[FailClosed]); got != 1 {
+		t.Fatalf("fail-closed decisions after joining = %v, want still 1", got)
 	}
 }
