@@ -122,7 +122,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 		}
 		r, err := sim.Run(ctx, opt, p)
 		if err != nil {
-			return fmt.Errorf("N=%d: %w", n, err)
+			return fmt.Errorf("n=%d: %w", n, err)
 		}
 		fmt.Fprintf(stderr, "N=%d done in %v\n", n, time.Since(start).Round(time.Second))
 		for _, e := range r.Errors {

@@ -73,8 +73,6 @@ func (c *Judge) window(t int64) int {
 	return min(max(int((t-c.Start)/int64(checkWindow)), 0), len(c.win)-1)
 }
 
-func (c *Judge) windowEnd(k int) int64 { return c.Start + int64(k+1)*int64(checkWindow) }
-
 // Run judges the history into rep.
 func (c *Judge) Run(rep *Report) {
 	c.rep = rep
