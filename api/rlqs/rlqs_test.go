@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/shardlimiter/shardlimiter/quota"
 	"github.com/shardlimiter/shardlimiter/rules"
 	"github.com/shardlimiter/shardlimiter/transport/server"
 	"github.com/shardlimiter/shardlimiter/transport/transporttest"
@@ -90,25 +91,28 @@ func tokens(a *rlqspb.RateLimitQuotaResponse_BucketAction) (uint32, bool) {
 }
 
 func TestStreamAssignsAndDefaults(t *testing.T) {
-	svc := New(Config{Rules: testStore(t), Node: "a", Interval: time.Second})
+	var clock fakeClock
+	svc := New(Config{Rules: testStore(t), Node: "a", Interval: time.Second, Now: clock.now})
 	client, _, _ := serve(t, svc)
 	st, err := client.StreamRateLimitQuotas(transporttest.Ctx(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	resp := exchange(t, st, "edge", usage(map[string]string{"tenant": "acme"}, 0, 1, 0), usage(map[string]string{"path": "/"}, 0, 1, 0))
-	if len(resp.GetBucketAction()) != 2 {
-		t.Fatalf("answer = %v, want two actions", resp)
+	if len(resp.GetBucketAction()) != 1 || resp.GetBucketAction()[0].GetBucketId().GetBucket()["path"] != "/" {
+		t.Fatalf("answer = %v, want only the unmatched bucket's action (the tenant bucket is new: it learns for an interval)", resp)
 	}
+	if r := resp.GetBucketAction()[0].GetQuotaAssignmentAction().GetRateLimitStrategy().GetBlanketRule(); r != typev3.RateLimitStrategy_ALLOW_ALL ||
+		resp.GetBucketAction()[0].GetQuotaAssignmentAction() == nil {
+		t.Errorf("unmatched bucket: %v, want ALLOW_ALL (the domain's default)", resp.GetBucketAction()[0])
+	}
+	clock.advance(time.Second + quota.Slack) // learning has ended
+	resp = exchange(t, st, "edge", usage(map[string]string{"tenant": "acme"}, 0, 1, 0))
 	if n, ok := tokens(resp.GetBucketAction()[0]); !ok || n != 50 {
 		t.Errorf("tenant bucket, first report: %v, want a token bucket of 50 per fill (half of what is free: no demand known)", resp.GetBucketAction()[0])
 	}
 	if ttl := resp.GetBucketAction()[0].GetQuotaAssignmentAction().GetAssignmentTimeToLive().AsDuration(); ttl != time.Second {
 		t.Errorf("first report's TTL = %v, want 1 s (one interval: no demand known yet)", ttl)
-	}
-	if r := resp.GetBucketAction()[1].GetQuotaAssignmentAction().GetRateLimitStrategy().GetBlanketRule(); r != typev3.RateLimitStrategy_ALLOW_ALL ||
-		resp.GetBucketAction()[1].GetQuotaAssignmentAction() == nil {
-		t.Errorf("unmatched bucket: %v, want ALLOW_ALL (the domain's default)", resp.GetBucketAction()[1])
 	}
 	// Later reports may carry no domain; an instance that wants less
 	// than the limit gets its demand.
@@ -193,8 +197,10 @@ func TestReportsGoToTheOwner(t *testing.T) {
 		t.Fatal(err)
 	}
 	tenant := map[string]string{"tenant": "acme"}
-	exchange(t, a, "edge", usage(tenant, 0, 1, 0))
-	exchange(t, b, "edge", usage(tenant, 0, 1, 0))
+	other := map[string]string{"path": "/"} // answered at once: the tenant's new bucket learns first
+	exchange(t, a, "edge", usage(tenant, 0, 1, 0), usage(other, 0, 1, 0))
+	exchange(t, b, "edge", usage(tenant, 0, 1, 0), usage(other, 0, 1, 0))
+	clock.advance(time.Second + quota.Slack)
 	// Both instances want 500/s of the tenant's 100/s: once a's first
 	// lease of all 100 has ended, each gets half.
 	for round := 0; ; round++ {
@@ -264,6 +270,7 @@ func TestUnreachableOwnerKeepsThenFallsBack(t *testing.T) {
 	}
 	tenant, other := map[string]string{"tenant": "acme"}, map[string]string{"path": "/"}
 	exchange(t, st, "edge", usage(tenant, 0, 1, 0), usage(other, 0, 1, 0))
+	clock.advance(time.Second + quota.Slack) // the new bucket's learning has ended
 	resp := exchange(t, st, "edge", usage(tenant, time.Second, 40, 0), usage(other, time.Second, 1, 0))
 	if n, _ := tokens(resp.GetBucketAction()[0]); n != 40 {
 		t.Fatalf("owner reachable: %v, want 40 per fill", resp)
@@ -291,8 +298,9 @@ func TestReportsPerSecondBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	tenant := map[string]string{"tenant": "a"}
-	exchange(t, st, "edge", usage(tenant, 0, 1, 0)) // a burst of two passes
-	exchange(t, st, "edge", usage(tenant, 0, 1, 0))
+	other := map[string]string{"path": "/"} // answered at once: the tenant's new bucket learns first
+	exchange(t, st, "edge", usage(tenant, 0, 1, 0), usage(other, 0, 1, 0)) // a burst of two passes
+	exchange(t, st, "edge", usage(tenant, 0, 1, 0), usage(other, 0, 1, 0))
 	st.Send(&rlqspb.RateLimitQuotaUsageReports{Domain: "edge", BucketQuotaUsages: []*rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage{usage(tenant, 0, 1, 0)}})
 	if _, err := st.Recv(); status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "reports per second") {
 		t.Errorf("third report at the same instant, 1 per second allowed: %v, want ResourceExhausted", err)
@@ -321,7 +329,8 @@ func TestNewOwnerCountsReplicatedAssignments(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	exchange(t, st, "edge", usage(tenant, 0, 1, 0))
+	exchange(t, st, "edge", usage(tenant, 0, 1, 0), usage(map[string]string{"path": "/"}, 0, 1, 0))
+	clock.advance(time.Second + quota.Slack) // the new bucket's learning has ended
 	resp := exchange(t, st, "edge", usage(tenant, time.Second, 500, 0))
 	if n, _ := tokens(resp.GetBucketAction()[0]); n != 100 {
 		t.Fatalf("the only instance on the old owner: %v, want 100 per fill", resp)
@@ -336,9 +345,9 @@ func TestNewOwnerCountsReplicatedAssignments(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp = exchange(t, st2, "edge", usage(tenant, time.Second, 500, 0))
-	if n, _ := tokens(resp.GetBucketAction()[0]); n != 0 {
-		t.Errorf("a new instance on the new owner while the old assignment runs: %v, want no tokens", resp)
+	resp = exchange(t, st2, "edge", usage(tenant, time.Second, 500, 0), usage(map[string]string{"path": "/"}, 0, 1, 0))
+	if len(resp.GetBucketAction()) != 1 || resp.GetBucketAction()[0].GetBucketId().GetBucket()["tenant"] != "" {
+		t.Errorf("a new instance on the new owner while the old assignment runs: %v, want nothing for the tenant (learning)", resp)
 	}
 	clock.advance(3 * time.Second) // the old assignment has ended
 	resp = exchange(t, st2, "edge", usage(tenant, time.Second, 500, 0))
