@@ -168,7 +168,7 @@ func TestStreamsBounded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	exchange(t, first, "edge", usage(map[string]string{"tenant": "a"}, 0, 1, 0)) // the first stream is open
+	exchange(t, first, "edge", usage(map[string]string{"path": "/"}, 0, 1, 0)) // the first stream is open
 	second, err := client.StreamRateLimitQuotas(transporttest.Ctx(t))
 	if err != nil {
 		t.Fatal(err)
@@ -298,7 +298,7 @@ func TestReportsPerSecondBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	tenant := map[string]string{"tenant": "a"}
-	other := map[string]string{"path": "/"} // answered at once: the tenant's new bucket learns first
+	other := map[string]string{"path": "/"}                                // answered at once: the tenant's new bucket learns first
 	exchange(t, st, "edge", usage(tenant, 0, 1, 0), usage(other, 0, 1, 0)) // a burst of two passes
 	exchange(t, st, "edge", usage(tenant, 0, 1, 0), usage(other, 0, 1, 0))
 	st.Send(&rlqspb.RateLimitQuotaUsageReports{Domain: "edge", BucketQuotaUsages: []*rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage{usage(tenant, 0, 1, 0)}})
