@@ -355,3 +355,66 @@ func TestNewOwnerCountsReplicatedAssignments(t *testing.T) {
 		t.Errorf("after the old assignment's TTL: %v, want a share", resp)
 	}
 }
+
+// peerOwner runs svc's peer listener on loopback TCP and returns its address.
+func peerOwner(t *testing.T, svc *Service) string {
+	t.Helper()
+	pl := server.NewPeerListener(server.Config{})
+	svc.RegisterPeer(pl)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go pl.Serve(lis)
+	t.Cleanup(pl.Stop)
+	return lis.Addr().String()
+}
+
+// TestJoinCountsHeldAssignments moves a bucket to a fresh owner (a join,
+// no replica) while an instance holds the old owner's whole limit: the
+// stream's node tells the new owner what it holds, so a second instance
+// gets nothing until that assignment has ended, then a fair share.
+func TestJoinCountsHeldAssignments(t *testing.T) {
+	var clock fakeClock
+	oldAddr := peerOwner(t, New(Config{Rules: testStore(t), Node: "old", Interval: time.Second, Now: clock.now}))
+	fresh := New(Config{Rules: testStore(t), Node: "fresh", Interval: time.Second, Now: clock.now})
+	freshAddr := peerOwner(t, fresh)
+	var route switchRoute
+	route.addr.Store(&oldAddr)
+	front := New(Config{Rules: testStore(t), Node: "front", Interval: time.Second, Now: clock.now, Router: &route})
+	client, _, _ := serve(t, front)
+	t.Cleanup(front.owners.closeAll)
+	ctx := transporttest.Ctx(t)
+	a, err := client.StreamRateLimitQuotas(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tenant, other := map[string]string{"tenant": "acme"}, map[string]string{"path": "/"}
+	exchange(t, a, "edge", usage(tenant, 0, 1, 0), usage(other, 0, 1, 0))
+	clock.advance(time.Second + quota.Slack)
+	if n, _ := tokens(exchange(t, a, "edge", usage(tenant, time.Second, 500, 0)).GetBucketAction()[0]); n != 100 {
+		t.Fatalf("a alone on the old owner: %d per fill, want 100", n)
+	}
+	route.addr.Store(&freshAddr) // the join: a holds 100 for 2 s more
+	b, err := client.StreamRateLimitQuotas(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock.advance(500 * time.Millisecond)
+	if resp := exchange(t, b, "edge", usage(tenant, time.Second, 500, 0), usage(other, 0, 1, 0)); len(resp.GetBucketAction()) != 1 {
+		t.Fatalf("b first on the fresh owner: %v, want nothing for the tenant (learning)", resp)
+	}
+	if n, _ := tokens(exchange(t, a, "edge", usage(tenant, time.Second, 500, 0)).GetBucketAction()[0]); n != 100 {
+		t.Fatalf("a on the fresh owner while learning: %d per fill, want the 100 it holds", n)
+	}
+	clock.advance(time.Second + quota.Slack) // learning has ended; a's 100 runs for 1 s more
+	if n, _ := tokens(exchange(t, b, "edge", usage(tenant, time.Second, 500, 0)).GetBucketAction()[0]); n != 0 {
+		t.Fatalf("b after learning, a's 100 still running: %d per fill, want 0", n)
+	}
+	clock.advance(1500 * time.Millisecond)
+	na, _ := tokens(exchange(t, a, "edge", usage(tenant, time.Second, 500, 0)).GetBucketAction()[0])
+	nb, _ := tokens(exchange(t, b, "edge", usage(tenant, time.Second, 500, 0)).GetBucketAction()[0])
+	if na != 50 || nb != 50 {
+		t.Errorf("after a's held assignment ended: %d and %d per fill, want 50 each", na, nb)
+	}
+}
