@@ -71,6 +71,13 @@ type Report struct {
 	// Elapsed is the time the counts cover. Envoy sends 0 on a bucket's
 	// first report: no demand is learnt from it.
 	Elapsed time.Duration
+	// Held is the assignment the instance holds, as the node of its
+	// stream last pushed it: its rate (requests per second) and the time
+	// left of its TTL (0: none, or ended). The owner counts a held
+	// assignment it does not know (one an earlier owner handed out) until
+	// it ends.
+	Held     float64
+	HeldLeft time.Duration
 }
 
 // Assignment is an instance's share of a bucket as a token bucket: Tokens
@@ -85,6 +92,10 @@ type Assignment struct {
 	// another instance's superseded assignment is still counted, and that
 	// one ends then.
 	Retry time.Duration
+	// None: no assignment at all, the caller sends nothing (Envoy keeps
+	// its no-assignment or expired-assignment behaviour). Only while a
+	// bucket learns (Table), for an instance that holds nothing.
+	None bool
 }
 
 // Rate is the assignment's rate, requests per second.
@@ -109,6 +120,11 @@ type bucket struct {
 	limit     float64
 	instances map[string]*instance
 	replica   bool // imported from its owner (replica.go), not reported on here since
+	// learning ends when every instance that may hold an assignment of an
+	// earlier owner has reported it: a report interval (plus Slack) after
+	// the first report this owner got on a bucket it held no own state of.
+	// Until then each instance keeps what it holds and gets nothing new.
+	learning time.Time
 }
 
 // instance is one reporting instance of a bucket.
@@ -188,6 +204,11 @@ func (t *Table) Report(now time.Time, r Report) (Assignment, error) {
 		b = &bucket{instances: map[string]*instance{}}
 		t.buckets[r.Key] = b
 	}
+	if b.replica || len(b.instances) == 0 {
+		// New here (a join, a restart, a stale replica): instances that
+		// have not reported yet may hold an earlier owner's assignments.
+		b.learning = now.Add(t.cfg.Interval + Slack)
+	}
 	b.group, b.limit, b.replica = r.Group, max(r.Limit, 0), false
 	in := b.instances[r.Instance]
 	if in == nil {
@@ -199,8 +220,58 @@ func (t *Table) Report(now time.Time, r Report) (Assignment, error) {
 	}
 	in.seen = now
 	in.observe(r)
+	in.learn(now, r, t.cfg.TTL)
+	if now.Before(b.learning) {
+		return t.holdLocked(now, b, in, r), nil
+	}
 	a := t.assignLocked(now, b, r.Instance, in)
 	return a, nil
+}
+
+// learn records the assignment r says the instance holds, unless one of
+// its live leases covers it: an earlier owner's, counted until it ends
+// (at most a TTL and Slack from now).
+func (in *instance) learn(now time.Time, r Report, ttl time.Duration) {
+	if r.Held <= 0 || math.IsNaN(r.Held) || r.HeldLeft <= 0 {
+		return
+	}
+	if in.current.live(now) >= r.Held {
+		return
+	}
+	for _, l := range in.older {
+		if l.live(now) >= r.Held {
+			return
+		}
+	}
+	in.older = append(in.older, lease{rate: r.Held, until: now.Add(min(r.HeldLeft, ttl+Slack))})
+}
+
+// holdLocked is the assignment of an instance of a learning bucket: the
+// rate it holds (within the limit), for one interval, and a retry when
+// learning ends. The held assignments were all counted by the earlier
+// owner, so together they stay within the limit; an instance holding
+// nothing gets nothing until the others have told what they hold.
+func (t *Table) holdLocked(now time.Time, b *bucket, in *instance, r Report) Assignment {
+	held := 0.0
+	if r.HeldLeft > 0 && r.Held > 0 && !math.IsNaN(r.Held) {
+		held = min(r.Held, b.limit)
+	}
+	a := quantize(held, wholeSeconds(t.cfg.Interval))
+	a.Retry = b.learning.Sub(now)
+	a.None = a.Tokens == 0
+	in.record(now, a.Rate(), a.TTL)
+	return a
+}
+
+// record makes rate, for ttl from now, the instance's current lease; the
+// previous one stays counted until it ends.
+func (in *instance) record(now time.Time, rate float64, ttl time.Duration) {
+	in.older = slices.DeleteFunc(in.older, func(l lease) bool { return l.live(now) == 0 })
+	if in.current.rate != rate && in.current.live(now) > 0 {
+		// The previous assignment may still be in use until its TTL ends.
+		in.older = append(in.older, in.current)
+	}
+	in.current = lease{rate: rate, until: now.Add(ttl + Slack)}
 }
 
 // observe folds r's counts into the instance's demand.
@@ -268,13 +339,7 @@ func (t *Table) assignLocked(now time.Time, b *bucket, id string, in *instance) 
 	if target-a.Rate() > hysteresis*target && !ends.IsZero() {
 		a.Retry = ends.Sub(now) // held back by an assignment that ends then
 	}
-	rate := a.Rate()
-	in.older = slices.DeleteFunc(in.older, func(l lease) bool { return l.live(now) == 0 })
-	if in.current.rate != rate && in.current.live(now) > 0 {
-		// The previous assignment may still be in use until its TTL ends.
-		in.older = append(in.older, in.current)
-	}
-	in.current = lease{rate: rate, until: now.Add(ttl + Slack)}
+	in.record(now, a.Rate(), ttl)
 	return a
 }
 

@@ -101,6 +101,11 @@ func TestTableLeaseCountsUntilTTL(t *testing.T) {
 		}
 		return a
 	}
+	// A new bucket learns for an interval first: nothing assigned, a retry
+	// when learning ends.
+	if a := r(-time.Second-Slack, "a", 1000); a.Rate() != 0 || a.Retry != time.Second+Slack {
+		t.Fatalf("first report: %+v, want nothing and a retry in 1.2 s", a)
+	}
 	if a := r(0, "a", 1000); a.Rate() != 100 {
 		t.Fatalf("only instance: %+v, want the whole limit", a)
 	}

@@ -64,12 +64,13 @@ func reportHandler(srv any, ctx context.Context, dec func(any) error, _ grpc.Una
 	now := s.cfg.Now()
 	set := s.cfg.Rules.Load()
 	retries := make([]string, 0, len(in.GetBucketQuotaUsages()))
-	for _, u := range in.GetBucketQuotaUsages() {
+	hs := decodeHeld(md.Get(heldKey), len(in.GetBucketQuotaUsages()))
+	for i, u := range in.GetBucketQuotaUsages() {
 		if err := s.checkBucket(u.GetBucketId()); err != nil {
 			return nil, status.Error(codes.InvalidArgument, err.Error())
 		}
 		m := set.MatchQuota(in.GetDomain(), u.GetBucketId().GetBucket())
-		action, retry := s.decideOwned(now, ids[0], in.GetDomain(), m, u)
+		action, retry := s.decideOwned(now, ids[0], in.GetDomain(), m, u, hs[i])
 		out.BucketAction = append(out.BucketAction, action)
 		retries = append(retries, strconv.FormatInt(retry.Milliseconds(), 10))
 	}
@@ -79,33 +80,37 @@ func reportHandler(srv any, ctx context.Context, dec func(any) error, _ grpc.Una
 	return out, nil
 }
 
-// decideOwned reports u of instance on the bucket m, owned here, and
-// returns the instance's action for it and when to ask again (0: at the
-// next report).
-func (s *Service) decideOwned(now time.Time, instance, domain string, m rules.QuotaMatch, u *rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage) (*rlqspb.RateLimitQuotaResponse_BucketAction, time.Duration) {
+// decideOwned reports u of instance on the bucket m, owned here, with
+// the assignment h the instance holds of it, and returns the instance's
+// action for it and when to ask again (0: at the next report).
+func (s *Service) decideOwned(now time.Time, instance, domain string, m rules.QuotaMatch, u *rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage, h held) (*rlqspb.RateLimitQuotaResponse_BucketAction, time.Duration) {
 	if m.Rule == "" {
 		return defaultAction(u.GetBucketId(), m.Default, s.table.TTL()), 0
 	}
 	a, err := s.table.Report(now, quota.Report{
 		Key: m.Key, Group: group(domain, m.Rule), Limit: m.PerSecond, Instance: instance,
 		Allowed: u.GetNumRequestsAllowed(), Denied: u.GetNumRequestsDenied(),
-		Elapsed: u.GetTimeElapsed().AsDuration(),
+		Elapsed: u.GetTimeElapsed().AsDuration(), Held: h.rate, HeldLeft: h.left,
 	})
 	if err != nil { // the table is full: this bucket falls back to the default
 		s.m.full.Inc()
 		return defaultAction(u.GetBucketId(), m.Default, s.table.TTL()), 0
 	}
+	if a.None { // a learning bucket: the instance holds nothing, gets nothing yet
+		return &rlqspb.RateLimitQuotaResponse_BucketAction{BucketId: u.GetBucketId()}, a.Retry
+	}
 	return assignmentAction(u.GetBucketId(), a), a.Retry
 }
 
-// remoteReport sends the usages to the owner at addr and returns its
-// actions and retries, one per usage.
-func (s *Service) remoteReport(ctx context.Context, addr, instance, domain string, usages []*rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage) ([]*rlqspb.RateLimitQuotaResponse_BucketAction, []time.Duration, error) {
+// remoteReport sends the usages, with what the instance holds of each
+// (hs), to the owner at addr and returns its actions and retries, one
+// per usage.
+func (s *Service) remoteReport(ctx context.Context, addr, instance, domain string, usages []*rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage, hs []held) ([]*rlqspb.RateLimitQuotaResponse_BucketAction, []time.Duration, error) {
 	cc, err := s.owners.conn(addr)
 	if err != nil {
 		return nil, nil, err
 	}
-	ctx, cancel := context.WithTimeout(metadata.AppendToOutgoingContext(ctx, instanceKey, instance), s.cfg.PeerTimeout)
+	ctx, cancel := context.WithTimeout(metadata.AppendToOutgoingContext(ctx, instanceKey, instance, heldKey, encodeHeld(hs)), s.cfg.PeerTimeout)
 	defer cancel()
 	out := new(rlqspb.RateLimitQuotaResponse)
 	in := &rlqspb.RateLimitQuotaUsageReports{Domain: domain, BucketQuotaUsages: usages}

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/shardlimiter/shardlimiter/quota"
 	"github.com/shardlimiter/shardlimiter/rules"
 	"github.com/shardlimiter/shardlimiter/transport/server"
 	"github.com/shardlimiter/shardlimiter/transport/transporttest"
@@ -90,25 +91,28 @@ func tokens(a *rlqspb.RateLimitQuotaResponse_BucketAction) (uint32, bool) {
 }
 
 func TestStreamAssignsAndDefaults(t *testing.T) {
-	svc := New(Config{Rules: testStore(t), Node: "a", Interval: time.Second})
+	var clock fakeClock
+	svc := New(Config{Rules: testStore(t), Node: "a", Interval: time.Second, Now: clock.now})
 	client, _, _ := serve(t, svc)
 	st, err := client.StreamRateLimitQuotas(transporttest.Ctx(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	resp := exchange(t, st, "edge", usage(map[string]string{"tenant": "acme"}, 0, 1, 0), usage(map[string]string{"path": "/"}, 0, 1, 0))
-	if len(resp.GetBucketAction()) != 2 {
-		t.Fatalf("answer = %v, want two actions", resp)
+	if len(resp.GetBucketAction()) != 1 || resp.GetBucketAction()[0].GetBucketId().GetBucket()["path"] != "/" {
+		t.Fatalf("answer = %v, want only the unmatched bucket's action (the tenant bucket is new: it learns for an interval)", resp)
 	}
+	if r := resp.GetBucketAction()[0].GetQuotaAssignmentAction().GetRateLimitStrategy().GetBlanketRule(); r != typev3.RateLimitStrategy_ALLOW_ALL ||
+		resp.GetBucketAction()[0].GetQuotaAssignmentAction() == nil {
+		t.Errorf("unmatched bucket: %v, want ALLOW_ALL (the domain's default)", resp.GetBucketAction()[0])
+	}
+	clock.advance(time.Second + quota.Slack) // learning has ended
+	resp = exchange(t, st, "edge", usage(map[string]string{"tenant": "acme"}, 0, 1, 0))
 	if n, ok := tokens(resp.GetBucketAction()[0]); !ok || n != 50 {
 		t.Errorf("tenant bucket, first report: %v, want a token bucket of 50 per fill (half of what is free: no demand known)", resp.GetBucketAction()[0])
 	}
 	if ttl := resp.GetBucketAction()[0].GetQuotaAssignmentAction().GetAssignmentTimeToLive().AsDuration(); ttl != time.Second {
 		t.Errorf("first report's TTL = %v, want 1 s (one interval: no demand known yet)", ttl)
-	}
-	if r := resp.GetBucketAction()[1].GetQuotaAssignmentAction().GetRateLimitStrategy().GetBlanketRule(); r != typev3.RateLimitStrategy_ALLOW_ALL ||
-		resp.GetBucketAction()[1].GetQuotaAssignmentAction() == nil {
-		t.Errorf("unmatched bucket: %v, want ALLOW_ALL (the domain's default)", resp.GetBucketAction()[1])
 	}
 	// Later reports may carry no domain; an instance that wants less
 	// than the limit gets its demand.
@@ -164,7 +168,7 @@ func TestStreamsBounded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	exchange(t, first, "edge", usage(map[string]string{"tenant": "a"}, 0, 1, 0)) // the first stream is open
+	exchange(t, first, "edge", usage(map[string]string{"path": "/"}, 0, 1, 0)) // the first stream is open
 	second, err := client.StreamRateLimitQuotas(transporttest.Ctx(t))
 	if err != nil {
 		t.Fatal(err)
@@ -193,8 +197,10 @@ func TestReportsGoToTheOwner(t *testing.T) {
 		t.Fatal(err)
 	}
 	tenant := map[string]string{"tenant": "acme"}
-	exchange(t, a, "edge", usage(tenant, 0, 1, 0))
-	exchange(t, b, "edge", usage(tenant, 0, 1, 0))
+	other := map[string]string{"path": "/"} // answered at once: the tenant's new bucket learns first
+	exchange(t, a, "edge", usage(tenant, 0, 1, 0), usage(other, 0, 1, 0))
+	exchange(t, b, "edge", usage(tenant, 0, 1, 0), usage(other, 0, 1, 0))
+	clock.advance(time.Second + quota.Slack)
 	// Both instances want 500/s of the tenant's 100/s: once a's first
 	// lease of all 100 has ended, each gets half.
 	for round := 0; ; round++ {
@@ -264,6 +270,7 @@ func TestUnreachableOwnerKeepsThenFallsBack(t *testing.T) {
 	}
 	tenant, other := map[string]string{"tenant": "acme"}, map[string]string{"path": "/"}
 	exchange(t, st, "edge", usage(tenant, 0, 1, 0), usage(other, 0, 1, 0))
+	clock.advance(time.Second + quota.Slack) // the new bucket's learning has ended
 	resp := exchange(t, st, "edge", usage(tenant, time.Second, 40, 0), usage(other, time.Second, 1, 0))
 	if n, _ := tokens(resp.GetBucketAction()[0]); n != 40 {
 		t.Fatalf("owner reachable: %v, want 40 per fill", resp)
@@ -291,8 +298,9 @@ func TestReportsPerSecondBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	tenant := map[string]string{"tenant": "a"}
-	exchange(t, st, "edge", usage(tenant, 0, 1, 0)) // a burst of two passes
-	exchange(t, st, "edge", usage(tenant, 0, 1, 0))
+	other := map[string]string{"path": "/"}                                // answered at once: the tenant's new bucket learns first
+	exchange(t, st, "edge", usage(tenant, 0, 1, 0), usage(other, 0, 1, 0)) // a burst of two passes
+	exchange(t, st, "edge", usage(tenant, 0, 1, 0), usage(other, 0, 1, 0))
 	st.Send(&rlqspb.RateLimitQuotaUsageReports{Domain: "edge", BucketQuotaUsages: []*rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage{usage(tenant, 0, 1, 0)}})
 	if _, err := st.Recv(); status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "reports per second") {
 		t.Errorf("third report at the same instant, 1 per second allowed: %v, want ResourceExhausted", err)
@@ -321,7 +329,8 @@ func TestNewOwnerCountsReplicatedAssignments(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	exchange(t, st, "edge", usage(tenant, 0, 1, 0))
+	exchange(t, st, "edge", usage(tenant, 0, 1, 0), usage(map[string]string{"path": "/"}, 0, 1, 0))
+	clock.advance(time.Second + quota.Slack) // the new bucket's learning has ended
 	resp := exchange(t, st, "edge", usage(tenant, time.Second, 500, 0))
 	if n, _ := tokens(resp.GetBucketAction()[0]); n != 100 {
 		t.Fatalf("the only instance on the old owner: %v, want 100 per fill", resp)
@@ -336,13 +345,76 @@ func TestNewOwnerCountsReplicatedAssignments(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp = exchange(t, st2, "edge", usage(tenant, time.Second, 500, 0))
-	if n, _ := tokens(resp.GetBucketAction()[0]); n != 0 {
-		t.Errorf("a new instance on the new owner while the old assignment runs: %v, want no tokens", resp)
+	resp = exchange(t, st2, "edge", usage(tenant, time.Second, 500, 0), usage(map[string]string{"path": "/"}, 0, 1, 0))
+	if len(resp.GetBucketAction()) != 1 || resp.GetBucketAction()[0].GetBucketId().GetBucket()["tenant"] != "" {
+		t.Errorf("a new instance on the new owner while the old assignment runs: %v, want nothing for the tenant (learning)", resp)
 	}
 	clock.advance(3 * time.Second) // the old assignment has ended
 	resp = exchange(t, st2, "edge", usage(tenant, time.Second, 500, 0))
 	if n, _ := tokens(resp.GetBucketAction()[0]); n == 0 {
 		t.Errorf("after the old assignment's TTL: %v, want a share", resp)
+	}
+}
+
+// peerOwner runs svc's peer listener on loopback TCP and returns its address.
+func peerOwner(t *testing.T, svc *Service) string {
+	t.Helper()
+	pl := server.NewPeerListener(server.Config{})
+	svc.RegisterPeer(pl)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go pl.Serve(lis)
+	t.Cleanup(pl.Stop)
+	return lis.Addr().String()
+}
+
+// TestJoinCountsHeldAssignments moves a bucket to a fresh owner (a join,
+// no replica) while an instance holds the old owner's whole limit: the
+// stream's node tells the new owner what it holds, so a second instance
+// gets nothing until that assignment has ended, then a fair share.
+func TestJoinCountsHeldAssignments(t *testing.T) {
+	var clock fakeClock
+	oldAddr := peerOwner(t, New(Config{Rules: testStore(t), Node: "old", Interval: time.Second, Now: clock.now}))
+	fresh := New(Config{Rules: testStore(t), Node: "fresh", Interval: time.Second, Now: clock.now})
+	freshAddr := peerOwner(t, fresh)
+	var route switchRoute
+	route.addr.Store(&oldAddr)
+	front := New(Config{Rules: testStore(t), Node: "front", Interval: time.Second, Now: clock.now, Router: &route})
+	client, _, _ := serve(t, front)
+	t.Cleanup(front.owners.closeAll)
+	ctx := transporttest.Ctx(t)
+	a, err := client.StreamRateLimitQuotas(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tenant, other := map[string]string{"tenant": "acme"}, map[string]string{"path": "/"}
+	exchange(t, a, "edge", usage(tenant, 0, 1, 0), usage(other, 0, 1, 0))
+	clock.advance(time.Second + quota.Slack)
+	if n, _ := tokens(exchange(t, a, "edge", usage(tenant, time.Second, 500, 0)).GetBucketAction()[0]); n != 100 {
+		t.Fatalf("a alone on the old owner: %d per fill, want 100", n)
+	}
+	route.addr.Store(&freshAddr) // the join: a holds 100 for 2 s more
+	b, err := client.StreamRateLimitQuotas(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock.advance(500 * time.Millisecond)
+	if resp := exchange(t, b, "edge", usage(tenant, time.Second, 500, 0), usage(other, 0, 1, 0)); len(resp.GetBucketAction()) != 1 {
+		t.Fatalf("b first on the fresh owner: %v, want nothing for the tenant (learning)", resp)
+	}
+	if n, _ := tokens(exchange(t, a, "edge", usage(tenant, time.Second, 500, 0)).GetBucketAction()[0]); n != 100 {
+		t.Fatalf("a on the fresh owner while learning: %d per fill, want the 100 it holds", n)
+	}
+	clock.advance(time.Second + quota.Slack) // learning has ended; a's 100 runs for 1 s more
+	if n, _ := tokens(exchange(t, b, "edge", usage(tenant, time.Second, 500, 0)).GetBucketAction()[0]); n != 0 {
+		t.Fatalf("b after learning, a's 100 still running: %d per fill, want 0", n)
+	}
+	clock.advance(1500 * time.Millisecond)
+	na, _ := tokens(exchange(t, a, "edge", usage(tenant, time.Second, 500, 0)).GetBucketAction()[0])
+	nb, _ := tokens(exchange(t, b, "edge", usage(tenant, time.Second, 500, 0)).GetBucketAction()[0])
+	if na != 50 || nb != 50 {
+		t.Errorf("after a's held assignment ended: %d and %d per fill, want 50 each", na, nb)
 	}
 }

@@ -33,6 +33,7 @@ type streamBucket struct {
 	id       *rlqspb.BucketId
 	reported time.Time // last report of it
 	until    time.Time // end of the TTL of the last assignment sent
+	rate     float64   // its rate, requests per second (0: a blanket rule)
 }
 
 // StreamRateLimitQuotas serves one Envoy instance: each report is
@@ -168,6 +169,7 @@ func (s *Service) report(ctx context.Context, ss *stream, now time.Time, msg *rl
 		}
 		if qa := p.action.GetQuotaAssignmentAction(); qa != nil {
 			p.bucket.until = now.Add(qa.GetAssignmentTimeToLive().AsDuration())
+			p.bucket.rate = strategyRate(qa)
 		}
 		resp.BucketAction = append(resp.BucketAction, p.action)
 	}
@@ -232,7 +234,7 @@ func (s *Service) route(ctx context.Context, ss *stream, now time.Time, items []
 		case p.match.Rule == "":
 			p.action = defaultAction(p.usage.GetBucketId(), p.match.Default, s.table.TTL())
 		case self:
-			p.action, p.retry = s.decideOwned(now, ss.id, ss.domain, p.match, p.usage)
+			p.action, p.retry = s.decideOwned(now, ss.id, ss.domain, p.match, p.usage, p.bucket.heldAt(now))
 			s.m.reports.WithLabelValues("local").Inc()
 		default:
 			remote[addr] = append(remote[addr], p)
@@ -261,10 +263,11 @@ func (s *Service) owner(m rules.QuotaMatch) (string, bool) {
 // lasts (nothing is sent), then with the domain's default.
 func (s *Service) forward(ctx context.Context, ss *stream, now time.Time, addr string, ps []*pending) {
 	usages := make([]*rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage, len(ps))
+	hs := make([]held, len(ps))
 	for i, p := range ps {
-		usages[i] = p.usage
+		usages[i], hs[i] = p.usage, p.bucket.heldAt(now)
 	}
-	actions, retries, err := s.remoteReport(ctx, addr, ss.id, ss.domain, usages)
+	actions, retries, err := s.remoteReport(ctx, addr, ss.id, ss.domain, usages, hs)
 	if err == nil {
 		s.m.reports.WithLabelValues("forwarded").Add(float64(len(ps)))
 		for i, p := range ps {
