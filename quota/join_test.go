@@ -160,3 +160,21 @@ func TestReplicaDoesNotEndLearning(t *testing.T) {
 		t.Errorf("assigned = %v, want 100 (a's replicated 40, b's 60)", st.Assigned)
 	}
 }
+
+// TestSettledNewBucketAssignedAtOnce: on a ring that has not changed for an
+// assignment's life a bucket new here is new everywhere: its first report
+// gets a share, no learning; a replica still learns.
+func TestSettledNewBucketAssignedAtOnce(t *testing.T) {
+	tab := New(Config{Interval: 5 * time.Second})
+	a, err := tab.Report(t0, Report{Key: "k", Group: "g", Limit: 100, Instance: "a", Settled: true})
+	if err != nil || a.None || a.Rate() != 50 {
+		t.Fatalf("first report on a settled ring: %+v, %v; want half of the limit at once", a, err)
+	}
+	if err := tab.Import(t0, BucketState{Key: "r", Group: "g", Limit: 100, Instances: []InstanceState{
+		{ID: "a", Demand: 100, Leases: []LeaseState{{Rate: 40, Left: time.Second}}}}}); err != nil {
+		t.Fatal(err)
+	}
+	if a, _ := tab.Report(t0, Report{Key: "r", Group: "g", Limit: 100, Instance: "b", Settled: true}); !a.None {
+		t.Fatalf("a replicated bucket's first report here: %+v, want learning (no assignment)", a)
+	}
+}

@@ -78,6 +78,11 @@ type Report struct {
 	// it ends.
 	Held     float64
 	HeldLeft time.Duration
+	// Settled says no ownership change can have brought the bucket here
+	// while an assignment handed out elsewhere may still be in use (the
+	// ring has not changed for a TTL and more): a bucket new here is new
+	// everywhere, and needs no learning.
+	Settled bool
 }
 
 // Assignment is an instance's share of a bucket as a token bucket: Tokens
@@ -204,9 +209,10 @@ func (t *Table) Report(now time.Time, r Report) (Assignment, error) {
 		b = &bucket{instances: map[string]*instance{}}
 		t.buckets[r.Key] = b
 	}
-	if b.replica || len(b.instances) == 0 {
-		// New here (a join, a restart, a stale replica): instances that
-		// have not reported yet may hold an earlier owner's assignments.
+	if b.replica || (len(b.instances) == 0 && !r.Settled) {
+		// New here (a join, a restart, a stale replica) while the ring may
+		// have moved it: instances that have not reported yet may hold an
+		// earlier owner's assignments.
 		b.learning = now.Add(t.cfg.Interval + Slack)
 	}
 	b.group, b.limit, b.replica = r.Group, max(r.Limit, 0), false

@@ -90,7 +90,7 @@ func (s *Service) decideOwned(now time.Time, instance, domain string, m rules.Qu
 	a, err := s.table.Report(now, quota.Report{
 		Key: m.Key, Group: group(domain, m.Rule), Limit: m.PerSecond, Instance: instance,
 		Allowed: u.GetNumRequestsAllowed(), Denied: u.GetNumRequestsDenied(),
-		Elapsed: u.GetTimeElapsed().AsDuration(), Held: h.rate, HeldLeft: h.left,
+		Elapsed: u.GetTimeElapsed().AsDuration(), Held: h.rate, HeldLeft: h.left, Settled: s.settled(now),
 	})
 	if err != nil { // the table is full: this bucket falls back to the default
 		s.m.full.Inc()

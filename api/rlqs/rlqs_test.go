@@ -52,6 +52,8 @@ func (r routeTo) Owner(string) (string, bool) { return r.addr, r.self }
 
 func (r routeTo) Backup(string) (string, bool) { return "", false }
 
+func (r routeTo) RingVersion() uint64 { return 0 }
+
 // serve runs svc's client and peer listeners over bufconn and returns a
 // client of its RLQS service and the peer listener's target and dialer.
 func serve(t *testing.T, svc *Service) (rlqspb.RateLimitQuotaServiceClient, string, grpc.DialOption) {
@@ -241,6 +243,8 @@ func (r *switchRoute) Owner(string) (string, bool) { return *r.addr.Load(), fals
 
 func (r *switchRoute) Backup(string) (string, bool) { return "", false }
 
+func (r *switchRoute) RingVersion() uint64 { return 0 }
+
 func TestUnreachableOwnerKeepsThenFallsBack(t *testing.T) {
 	var clock fakeClock
 	owner := New(Config{Rules: testStore(t), Node: "owner", Interval: time.Second, Now: clock.now})
@@ -313,6 +317,46 @@ type backupRoute struct{ backup string }
 func (r backupRoute) Owner(string) (string, bool) { return "", true }
 
 func (r backupRoute) Backup(string) (string, bool) { return r.backup, r.backup != "" }
+
+func (r backupRoute) RingVersion() uint64 { return 0 }
+
+// versionRoute owns every bucket here, on a ring whose version the test
+// changes.
+type versionRoute struct{ version atomic.Uint64 }
+
+func (r *versionRoute) Owner(string) (string, bool)  { return "", true }
+func (r *versionRoute) Backup(string) (string, bool) { return "", false }
+func (r *versionRoute) RingVersion() uint64          { return r.version.Load() }
+
+// A bucket new here learns (no assignment for an interval) only while an
+// ownership change, or the start, is recent enough that another owner's
+// assignment may still be in use; on a settled ring a new bucket is new
+// everywhere and is assigned at its first report.
+func TestSettledRingSkipsLearning(t *testing.T) {
+	var clock fakeClock
+	route := &versionRoute{}
+	svc := New(Config{Rules: testStore(t), Node: "n", Interval: time.Second, Router: route, Now: clock.now})
+	ttl := svc.table.TTL() + quota.Slack + settleMargin
+	if svc.settled(clock.now()) {
+		t.Fatal("settled at the start: assignments of before a restart may be in use")
+	}
+	clock.advance(ttl + time.Millisecond)
+	if !svc.settled(clock.now()) {
+		t.Fatalf("not settled %v after the start with no ring change", ttl)
+	}
+	route.version.Store(7)
+	if svc.settled(clock.now()) {
+		t.Fatal("settled just after a ring change")
+	}
+	clock.advance(ttl / 2)
+	if svc.settled(clock.now()) {
+		t.Fatal("settled half an assignment's life after a ring change")
+	}
+	clock.advance(ttl/2 + time.Millisecond)
+	if !svc.settled(clock.now()) {
+		t.Fatal("not settled an assignment's life after a ring change")
+	}
+}
 
 func TestNewOwnerCountsReplicatedAssignments(t *testing.T) {
 	var clock fakeClock

@@ -61,6 +61,9 @@ type Router interface {
 	// this node left (where its buckets are replicated); ok is false when
 	// there is none. It must not block.
 	Backup(key string) (addr string, ok bool)
+	// RingVersion changes whenever the ring may have moved a bucket: the
+	// Service dates ownership changes by it (settled). It must not block.
+	RingVersion() uint64
 }
 
 // Config configures a Service.
@@ -119,6 +122,28 @@ type Service struct {
 	m       *metrics
 	owners  owners
 	stopped context.Context
+	// ringSeen is the last ring version a report saw, ringChanged when it
+	// (or the start) was first seen, Unix ns: see settled.
+	ringSeen    atomic.Uint64
+	ringChanged atomic.Int64
+}
+
+// settleMargin is added to an assignment's life when dating ownership
+// changes: the time the members may disagree on the ring, during which
+// the old owner may still hand out assignments.
+const settleMargin = 2 * time.Second
+
+// settled reports whether no ring change, nor this node's start, came
+// within an assignment's life (TTL, Slack and settleMargin) before now:
+// then a bucket new here cannot hold an assignment another owner handed
+// out, and needs no learning (quota.Report.Settled).
+func (s *Service) settled(now time.Time) bool {
+	if r := s.cfg.Router; r != nil {
+		if v := r.RingVersion(); s.ringSeen.Swap(v) != v {
+			s.ringChanged.Store(now.UnixNano())
+		}
+	}
+	return now.Sub(time.Unix(0, s.ringChanged.Load())) > s.table.TTL()+quota.Slack+settleMargin
 }
 
 // New returns a Service; it starts nothing (see Run).
@@ -152,6 +177,7 @@ func New(cfg Config) *Service {
 		owners:  owners{opts: cfg.DialOptions, conns: map[string]*ownerConn{}},
 		stopped: context.Background(),
 	}
+	s.ringChanged.Store(cfg.Now().UnixNano())
 	s.m = newMetrics(s, cfg.Registerer)
 	return s
 }
