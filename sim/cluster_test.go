@@ -10,12 +10,19 @@ import (
 	"github.com/shardlimiter/shardlimiter/ring"
 )
 
+// agreeWithin bounds the waits for the members to agree on a ring. They
+// agree in 2-3 s alone (a crash: memberlist's suspicion); the bound is for
+// a loaded machine, where every member of a cluster shares the test's CPU
+// with the rest of the suite (20 s was once too short under -race). The
+// cluster tests run one at a time for the same reason.
+const agreeWithin = 60 * time.Second
+
 // newCluster forms a cluster of n members, stopped when the test ends.
 func newCluster(t *testing.T, n int, opt Options) *Cluster {
 	t.Helper()
 	c := NewCluster(opt)
 	t.Cleanup(c.Stop)
-	if _, err := c.Form(n, 20*time.Second); err != nil {
+	if _, err := c.Form(n, agreeWithin); err != nil {
 		t.Fatal(err)
 	}
 	return c
@@ -45,7 +52,6 @@ func spentOn(t *testing.T, c *Cluster, name, key string) int64 {
 // holds the key's hit (the old owner may keep a stale copy: it is not
 // deleted at the handoff, and decides nothing).
 func TestJoinLeavesOneRingAndOneOwnerPerKey(t *testing.T) {
-	t.Parallel()
 	ctx := context.Background()
 	c := newCluster(t, 3, Options{Seed: 1})
 	keys := Keys(c.Rand, 300)
@@ -56,7 +62,7 @@ func TestJoinLeavesOneRingAndOneOwnerPerKey(t *testing.T) {
 	if _, err := c.Start(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.WaitAgree(start, 20*time.Second); err != nil {
+	if _, err := c.WaitAgree(start, agreeWithin); err != nil {
 		t.Fatal(err)
 	}
 	if got := len(c.Running()[0].Node.Ring().Names); got != 4 {
@@ -98,7 +104,6 @@ func TestJoinLeavesOneRingAndOneOwnerPerKey(t *testing.T) {
 // every key's count is exactly what was sent: nothing lost, nothing
 // doubled, through the leave.
 func TestLeaveKeepsCountsExact(t *testing.T) {
-	t.Parallel()
 	ctx := context.Background()
 	c := newCluster(t, 5, Options{Seed: 2})
 	keys := Keys(c.Rand, 200)
@@ -125,7 +130,7 @@ func TestLeaveKeepsCountsExact(t *testing.T) {
 	if err := c.Leave(leaving); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.WaitAgree(start, 20*time.Second); err != nil {
+	if _, err := c.WaitAgree(start, agreeWithin); err != nil {
 		t.Fatal(err)
 	}
 	for _, k := range keys {
@@ -144,21 +149,20 @@ func TestLeaveKeepsCountsExact(t *testing.T) {
 // survivor's ring; a partition into halves gives each half a ring of its
 // own, and the heal one ring of all again.
 func TestCrashAndPartitionConverge(t *testing.T) {
-	t.Parallel()
 	c := newCluster(t, 5, Options{Seed: 3})
 	start := time.Now()
 	c.Crash(c.Running()[2])
-	took, err := c.WaitAgree(start, 20*time.Second)
+	took, err := c.WaitAgree(start, agreeWithin)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("crash declared and rings rebuilt in %v", took)
 	start = time.Now()
 	a, b := c.Partition()
-	if _, err := c.WaitAgreeOn(a, start, 20*time.Second); err != nil {
+	if _, err := c.WaitAgreeOn(a, start, agreeWithin); err != nil {
 		t.Fatalf("half %d: %v", len(a), err)
 	}
-	if _, err := c.WaitAgreeOn(b, start, 20*time.Second); err != nil {
+	if _, err := c.WaitAgreeOn(b, start, agreeWithin); err != nil {
 		t.Fatalf("half %d: %v", len(b), err)
 	}
 	start = time.Now()
