@@ -19,6 +19,33 @@ type leaseLoad struct {
 	wg       sync.WaitGroup
 }
 
+// runLeasedKey checks key under r from every node of c, two callers each,
+// until past hits were sent, and returns the load once it has stopped.
+// The lessees' callers start first, until a lease is granted: the owner's
+// own callers, deciding without a forward, could otherwise spend the key
+// down past what the owner grants from before the first lessee's rate
+// window closed (no grant: the test would prove nothing).
+func runLeasedKey(t *testing.T, c *testCluster, r limit.Rule, key string, past int64) *leaseLoad {
+	t.Helper()
+	load := &leaseLoad{}
+	stop := make(chan struct{})
+	owner := c.running()[0].node.view.Load().snap.Owner(key).Name
+	var ownerNode *testNode
+	for _, tn := range c.running() {
+		if tn.name == owner {
+			ownerNode = tn
+			continue
+		}
+		load.run(t, tn, r, key, 2, stop)
+	}
+	poll.Until(t, 30*time.Second, func() bool { return c.leaseGrants() > 0 }, "a lease granted to a node forwarding the key")
+	load.run(t, ownerNode, r, key, 2, stop)
+	poll.Until(t, 30*time.Second, func() bool { return load.sent.Load() >= past }, "the load runs past %d hits", past)
+	close(stop)
+	load.wg.Wait()
+	return load
+}
+
 func (l *leaseLoad) run(t *testing.T, tn *testNode, r limit.Rule, key string, callers int, stop <-chan struct{}) {
 	for range callers {
 		l.wg.Go(func() {
@@ -94,26 +121,7 @@ func TestLeasesExactOnMemNet(t *testing.T) {
 	r := limit.Rule{Algorithm: limit.TokenBucket, Limit: 10, Period: time.Hour, Burst: capacity}
 	c := newMemCluster(t, 3, Config{Leases: true, LeaseThreshold: 1, ReplicationInterval: 100 * time.Millisecond, Peer: exactPeer})
 	before := c.degraded()
-	var load leaseLoad
-	stop := make(chan struct{})
-	// The lessees' callers first, until a lease is granted: the owner's
-	// own callers, deciding without a forward, could otherwise spend the
-	// key down past what the owner grants from before the first lessee's
-	// rate window closed (no grant: the test would prove nothing).
-	owner := c.running()[0].node.view.Load().snap.Owner("k").Name
-	var ownerNode *testNode
-	for _, tn := range c.running() {
-		if tn.name == owner {
-			ownerNode = tn
-			continue
-		}
-		load.run(t, tn, r, "k", 2, stop)
-	}
-	poll.Until(t, 30*time.Second, func() bool { return c.leaseGrants() > 0 }, "a lease granted to a node forwarding the key")
-	load.run(t, ownerNode, r, "k", 2, stop)
-	poll.Until(t, 30*time.Second, func() bool { return load.sent.Load() >= 3*capacity/2 }, "the load runs past the capacity")
-	close(stop)
-	load.wg.Wait()
+	load := runLeasedKey(t, c, r, "k", 3*capacity/2)
 	got := load.admitted.Load()
 	if got > capacity {
 		t.Fatalf("admitted %d of a capacity of %d: %d over", got, capacity, got-capacity)
@@ -344,22 +352,7 @@ func TestLeasesExactForWindowsOnMemNet(t *testing.T) {
 			start := time.Now()
 			c := newMemCluster(t, 3, Config{Leases: true, LeaseThreshold: 1, ReplicationInterval: 100 * time.Millisecond, Peer: exactPeer})
 			before := c.degraded()
-			var load leaseLoad
-			stop := make(chan struct{})
-			owner := c.running()[0].node.view.Load().snap.Owner("k").Name
-			var ownerNode *testNode
-			for _, tn := range c.running() {
-				if tn.name == owner {
-					ownerNode = tn
-					continue
-				}
-				load.run(t, tn, r, "k", 2, stop)
-			}
-			poll.Until(t, 30*time.Second, func() bool { return c.leaseGrants() > 0 }, "a lease granted to a node forwarding the key")
-			load.run(t, ownerNode, r, "k", 2, stop)
-			poll.Until(t, 30*time.Second, func() bool { return load.sent.Load() >= 3*limit_/2 }, "the load runs past the limit")
-			close(stop)
-			load.wg.Wait()
+			load := runLeasedKey(t, c, r, "k", 3*limit_/2)
 			got := load.admitted.Load()
 			if d, g := c.leaseDecisions(), c.leaseGrants(); d == 0 || g == 0 {
 				t.Fatalf("%.0f grants, %.0f checks decided from leases: the test proves nothing (sent %d)", g, d, load.sent.Load())
