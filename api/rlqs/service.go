@@ -126,6 +126,9 @@ type Service struct {
 	// (or the start) was first seen, Unix ns: see settled.
 	ringSeen    atomic.Uint64
 	ringChanged atomic.Int64
+	// started is when the node started: until an assignment's life after
+	// it, a bucket new here learns (quota.Report.LearnUntil).
+	started time.Time
 }
 
 // settleMargin is added to an assignment's life when dating ownership
@@ -177,7 +180,8 @@ func New(cfg Config) *Service {
 		owners:  owners{opts: cfg.DialOptions, conns: map[string]*ownerConn{}},
 		stopped: context.Background(),
 	}
-	s.ringChanged.Store(cfg.Now().UnixNano())
+	s.started = cfg.Now()
+	s.ringChanged.Store(s.started.UnixNano())
 	s.m = newMetrics(s, cfg.Registerer)
 	return s
 }
