@@ -43,7 +43,7 @@ var quotaServiceDesc = grpc.ServiceDesc{
 	ServiceName: QuotaService,
 	HandlerType: (*any)(nil),
 	Methods:     []grpc.MethodDesc{{MethodName: "Report", Handler: reportHandler}, {MethodName: "Replicate", Handler: replicateHandler}},
-	Metadata:    "api/rlqs/owner.go",
+	Metadata:    quotaProto, // described to server reflection by descriptor.go
 }
 
 func reportHandler(srv any, ctx context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {

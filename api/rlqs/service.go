@@ -200,6 +200,7 @@ func (s *Service) Register(l *server.Listener) {
 // listener: the reports of the streams of other nodes for the buckets this
 // node owns.
 func (s *Service) RegisterPeer(l *server.Listener) {
+	registerQuotaProto()
 	l.Register(&quotaServiceDesc, s)
 }
 
