@@ -38,6 +38,8 @@ type envoySim struct {
 	reports    []time.Duration // when it reported, since the start
 	phases     []phaseAt       // when it changed phase, since the start
 	reconnects int             // streams opened after the first
+	lastAction time.Duration   // when the last assignment came, since the start
+	lastTTL    time.Duration   // its TTL
 }
 
 // expiredBehavior is Envoy's expired_assignment_behavior
@@ -159,16 +161,6 @@ func (e *envoySim) report(domain string, bucket map[string]string, elapsed time.
 	return &rlqspb.RateLimitQuotaUsageReports{Domain: domain, BucketQuotaUsages: []*rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage{u}}
 }
 
-// unreport puts back the counts of a report that was not sent.
-func (e *envoySim) unreport(msg *rlqspb.RateLimitQuotaUsageReports) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	for _, u := range msg.GetBucketQuotaUsages() {
-		e.allowed += u.GetNumRequestsAllowed()
-		e.denied += u.GetNumRequestsDenied()
-	}
-}
-
 // apply takes the actions of an answer at now (offset since the start).
 func (e *envoySim) apply(now time.Time, offset time.Duration, resp *rlqspb.RateLimitQuotaResponse) {
 	e.mu.Lock()
@@ -179,7 +171,8 @@ func (e *envoySim) apply(now time.Time, offset time.Duration, resp *rlqspb.RateL
 			e.assigned = false
 			continue
 		}
-		e.expires = now.Add(qa.GetAssignmentTimeToLive().AsDuration())
+		e.lastTTL = qa.GetAssignmentTimeToLive().AsDuration()
+		e.expires, e.lastAction = now.Add(e.lastTTL), offset
 		s := qa.GetRateLimitStrategy()
 		tb := s.GetTokenBucket()
 		if tb != nil && e.assigned && e.bucket != nil && sameBucket(tb, e.bucket) && !e.deny && !e.allowAll {
@@ -224,6 +217,68 @@ type quotaStream = rlqspb.RateLimitQuotaService_StreamRateLimitQuotasClient
 // streamOpener opens an instance's attempt-th stream (0 first).
 type streamOpener func(attempt int) (quotaStream, error)
 
+// simConn is an instance's stream, reopened when it fails. Only the
+// instance's play goroutine calls its methods.
+type simConn struct {
+	ctx     context.Context
+	open    streamOpener
+	apply   func(*rlqspb.RateLimitQuotaResponse)
+	st      quotaStream // nil: failed, to be opened again
+	attempt int
+	ended   chan streamErr // each stream's receiver sends its end
+	first   error          // the first stream error
+}
+
+// streamErr is how the stream of an attempt ended.
+type streamErr struct {
+	attempt int
+	err     error
+}
+
+// receive applies the answers of st (attempt) until it fails.
+func (sc *simConn) receive(st quotaStream, attempt int) {
+	for {
+		resp, err := st.Recv()
+		if err != nil {
+			select {
+			case sc.ended <- streamErr{attempt, err}:
+			case <-sc.ctx.Done():
+			}
+			return
+		}
+		sc.apply(resp)
+	}
+}
+
+// end notes how a stream ended; the one in use is opened again at the
+// next send.
+func (sc *simConn) end(se streamErr) {
+	if se.attempt != sc.attempt {
+		return // an earlier stream's
+	}
+	if sc.first == nil && sc.ctx.Err() == nil {
+		sc.first = se.err
+	}
+	sc.st = nil
+}
+
+// send sends msg, first opening a stream when none is open; it reports
+// whether msg went out and whether a stream was opened again.
+func (sc *simConn) send(msg *rlqspb.RateLimitQuotaUsageReports) (sent, reopened bool) {
+	if sc.st == nil {
+		sc.attempt++
+		st, err := sc.open(sc.attempt)
+		if err != nil {
+			sc.end(streamErr{sc.attempt, err})
+			return false, false
+		}
+		sc.st, reopened = st, true
+		go sc.receive(st, sc.attempt)
+	}
+	// An error here means the stream broke: its receiver says why.
+	return sc.st.Send(msg) == nil, reopened
+}
+
 // play runs the instance until ctx is done: ticks of 10 ms, a first
 // report at phase (Envoy instances start at different times) and one
 // every interval after it, answers applied as they come. A stream that
@@ -232,38 +287,15 @@ type streamOpener func(attempt int) (quotaStream, error)
 // returns the first stream error (nil if none) when ctx is done, or an
 // error of open at once when the first stream does not open.
 func (e *envoySim) play(ctx context.Context, open streamOpener, c *rlqsConfig, start time.Time, phase time.Duration, demandAt func(time.Duration) float64) error {
-	var first error
 	st, err := open(0)
 	if err != nil {
 		return err
 	}
-	type streamErr struct {
-		attempt int
-		err     error
-	}
-	recvErr := make(chan streamErr)
-	recv := func(st quotaStream, attempt int) {
-		for {
-			resp, err := st.Recv()
-			if err != nil {
-				select {
-				case recvErr <- streamErr{attempt, err}:
-				case <-ctx.Done():
-				}
-				return
-			}
-			now := time.Now()
-			e.apply(now, now.Sub(start), resp)
-		}
-	}
-	attempt := 0
-	go recv(st, attempt)
-	down := func(err error) {
-		if first == nil && ctx.Err() == nil {
-			first = err
-		}
-		st = nil
-	}
+	sc := &simConn{ctx: ctx, open: open, st: st, ended: make(chan streamErr), apply: func(resp *rlqspb.RateLimitQuotaResponse) {
+		now := time.Now()
+		e.apply(now, now.Sub(start), resp)
+	}}
+	go sc.receive(st, 0)
 	bucket := map[string]string{"tenant": c.tenant}
 	const dt = 10 * time.Millisecond
 	tick := time.NewTicker(dt)
@@ -272,14 +304,12 @@ func (e *envoySim) play(ctx context.Context, open streamOpener, c *rlqsConfig, s
 	for {
 		select {
 		case <-ctx.Done():
-			if st != nil {
-				st.CloseSend()
+			if sc.st != nil {
+				sc.st.CloseSend()
 			}
-			return first
-		case se := <-recvErr:
-			if se.attempt == attempt { // the stream in use ended
-				down(se.err)
-			}
+			return sc.first
+		case se := <-sc.ended:
+			sc.end(se)
 		case now := <-tick.C:
 			offset := now.Sub(start)
 			e.mu.Lock()
@@ -296,27 +326,30 @@ func (e *envoySim) play(ctx context.Context, open streamOpener, c *rlqsConfig, s
 			} else if lastReport.IsZero() || elapsed < c.interval {
 				continue
 			}
-			if st == nil { // reopened at the report's time; the old one's Recv has returned
-				attempt++
-				if st, err = open(attempt); err != nil {
-					down(err)
-					lastReport = now // try again at the next report
-					continue
-				}
-				e.mu.Lock()
-				e.reconnects++
-				e.mu.Unlock()
-				go recv(st, attempt)
+			if e.sendReport(sc, c, bucket, elapsed, offset) || sc.st == nil {
+				lastReport = now // sent, or no stream opens: at the next report
 			}
-			msg := e.report(c.domain, bucket, elapsed)
-			if err := st.Send(msg); err != nil {
-				e.unreport(msg) // counted again in the next report
-				continue        // the stream broke: its Recv says why, and it is opened again
-			}
-			e.mu.Lock()
-			e.reports = append(e.reports, offset)
-			e.mu.Unlock()
-			lastReport = now
 		}
 	}
+}
+
+// sendReport sends the report of the counts since the last one; the
+// counts of one not sent stay for the next.
+func (e *envoySim) sendReport(sc *simConn, c *rlqsConfig, bucket map[string]string, elapsed, offset time.Duration) bool {
+	msg := e.report(c.domain, bucket, elapsed)
+	sent, reopened := sc.send(msg)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if reopened {
+		e.reconnects++
+	}
+	if !sent {
+		for _, u := range msg.GetBucketQuotaUsages() {
+			e.allowed += u.GetNumRequestsAllowed()
+			e.denied += u.GetNumRequestsDenied()
+		}
+		return false
+	}
+	e.reports = append(e.reports, offset)
+	return true
 }
