@@ -312,14 +312,19 @@ func (e *envoySim) play(ctx context.Context, open streamOpener, c *rlqsConfig, s
 			sc.end(se)
 		case now := <-tick.C:
 			offset := now.Sub(start)
-			e.mu.Lock()
-			e.demand = 0 // an instance's traffic starts with its first report, as Envoy reports a bucket's first request at once
-			if offset >= phase {
-				e.demand = demandAt(offset)
+			// Steps of dt up to now, each at its own instant: a tick that
+			// comes late (a loaded machine) admits its arrivals when they
+			// came, not all at once in a later second.
+			for ; !last.Add(dt).After(now); last = last.Add(dt) {
+				at := last.Add(dt)
+				e.mu.Lock()
+				e.demand = 0 // an instance's traffic starts with its first report, as Envoy reports a bucket's first request at once
+				if at.Sub(start) >= phase {
+					e.demand = demandAt(at.Sub(start))
+				}
+				e.mu.Unlock()
+				e.tick(at, dt, at.Sub(start))
 			}
-			e.mu.Unlock()
-			e.tick(now, now.Sub(last), offset)
-			last = now
 			elapsed := now.Sub(lastReport)
 			if lastReport.IsZero() && offset >= phase {
 				elapsed = 0 // the first report: time_elapsed 0
