@@ -33,7 +33,7 @@ rlqs:
       rate_limit: {unit: second, requests_per_unit: 100}
 `
 
-func testStore(t *testing.T) *rules.Store {
+func testStore(t testing.TB) *rules.Store {
 	t.Helper()
 	set, err := rules.Parse("rules.yaml", []byte(testRules))
 	if err != nil {
@@ -56,7 +56,7 @@ func (r routeTo) RingVersion() uint64 { return 0 }
 
 // serve runs svc's client and peer listeners over bufconn and returns a
 // client of its RLQS service and the peer listener's target and dialer.
-func serve(t *testing.T, svc *Service) (rlqspb.RateLimitQuotaServiceClient, string, grpc.DialOption) {
+func serve(t testing.TB, svc *Service) (rlqspb.RateLimitQuotaServiceClient, string, grpc.DialOption) {
 	t.Helper()
 	cl := server.NewClientListener(server.Config{})
 	svc.Register(cl)
