@@ -16,11 +16,13 @@
 // DENY_ALL or no assignment.
 //
 // When the owner cannot be reached, the stream's node sends nothing for
-// the bucket: Envoy keeps its last assignment until its TTL, and once that
-// has ended the node assigns the domain's default. Every interval, an
-// owner sends its buckets' state to the node that would own them if it
-// left (replicate.go), so that a new owner after a crash counts the
-// assignments still in use.
+// the bucket: Envoy keeps its last assignment until its TTL, then applies
+// its expired_assignment_behavior. Before it answers an assignment, and
+// every interval, an owner sends the bucket's state to the node that
+// would own it if it left (replicate.go), so that a new owner after a
+// crash counts every assignment still in use; a node learns what the
+// instances hold of a bucket new to it for an interval, and until an
+// assignment's life after its start (settled, quota.Report.LearnUntil).
 //
 // Concurrency: a Service is safe for concurrent use; each stream is
 // served by its own goroutine (gRPC's), the owner's table has one mutex.
