@@ -28,7 +28,8 @@ type rlqsConfig struct {
 	interval time.Duration
 	limit    float64 // the rule's limit, requests per second
 	domain   string
-	tenant   string // the bucket_id's tenant
+	tenant   string          // the bucket_id's tenant
+	expired  expiredBehavior // the instances' expired_assignment_behavior
 	rawDem   string
 	rawShift string
 }
@@ -39,6 +40,8 @@ func defineRLQSFlags(fs *flag.FlagSet, c *rlqsConfig) {
 	fs.DurationVar(&c.interval, "rlqs-interval", 5*time.Second, "--api rlqs: how often each instance reports (Envoy: about 5s); whole seconds; with --local the nodes get it as --rlqs-report-interval")
 	fs.Float64Var(&c.limit, "rlqs-limit", 600, "--api rlqs: the bucket's limit, requests per second; with --local it is written into the nodes' rules, with --targets it must be the servers' rule")
 	fs.StringVar(&c.domain, "rlqs-domain", "edge", "--api rlqs: the domain of the streams")
+	fs.StringVar(&c.expired.kind, "rlqs-expired", expiredDeny, "--api rlqs: each instance's expired_assignment_behavior once an assignment's TTL ends: deny or allow (fallback_rate_limit's blanket rule) or reuse (reuse_last_assignment)")
+	fs.DurationVar(&c.expired.timeout, "rlqs-expired-timeout", time.Minute, "--api rlqs: its expired_assignment_behavior_timeout: after it the bucket is abandoned and the instance admits all (its no_assignment_behavior, ALLOW_ALL) until a new assignment; 0: at once, as Envoy does without one")
 	fs.StringVar(&c.tenant, "rlqs-tenant", "loadtest", "--api rlqs: the value of the bucket_id's entry tenant (every instance reports on this one bucket)")
 }
 
@@ -60,6 +63,12 @@ func (c *rlqsConfig) validate(bad func(string, ...any)) {
 	}
 	if c.interval < time.Second || c.interval%time.Second != 0 {
 		bad("--rlqs-interval: want whole seconds, at least 1s, got %v", c.interval)
+	}
+	if k := c.expired.kind; k != expiredDeny && k != expiredAllow && k != expiredReuse {
+		bad("--rlqs-expired: want deny, allow or reuse, got %q", k)
+	}
+	if c.expired.timeout < 0 {
+		bad("--rlqs-expired-timeout: want ≥ 0, got %v", c.expired.timeout)
 	}
 	if c.limit <= 0 {
 		bad("--rlqs-limit: want > 0, got %v", c.limit)

@@ -34,7 +34,8 @@ type rlqsReport struct {
 	ShiftConvS  float64   `json:"shift_converged_s,omitempty"`       // from the shift; -1: never
 	ShiftConvR  int       `json:"shift_converged_reports,omitempty"` // the most reports an instance sent after the shift until convergence
 	ShiftPeak   float64   `json:"shift_peak_over_limit,omitempty"`   // the highest second from the shift to its convergence
-	StreamError string    `json:"stream_error,omitempty"`
+	StreamError string    `json:"stream_error,omitempty"`            // the first stream that failed (the instance opened another)
+	Reconnects  int       `json:"reconnects,omitempty"`              // streams opened again, all instances
 }
 
 // window sums the seconds of a span of the run.
@@ -115,30 +116,65 @@ func startRLQSCluster(ctx context.Context, cfg *config, stderr io.Writer) (*loca
 
 // runRLQS plays the instances against targets for d.
 func runRLQS(ctx context.Context, c *rlqsConfig, targets []string, d time.Duration) (*rlqsReport, error) {
-	conns := make([]*grpc.ClientConn, len(targets))
-	for i, a := range targets {
+	p, err := playRLQS(ctx, c, targets, d)
+	if err != nil {
+		return nil, err
+	}
+	p.wait()
+	rep := analyse(c, p.sims, len(targets), d)
+	for i, err := range p.errs {
+		if err != nil {
+			rep.StreamError = fmt.Sprintf("instance %d: %v", i, err)
+		}
+		rep.Reconnects += p.sims[i].reconnects
+	}
+	return rep, nil
+}
+
+// rlqsPlay is a run of the instances in progress: playRLQS starts it,
+// wait waits for its end.
+type rlqsPlay struct {
+	sims  []*envoySim
+	start time.Time
+	errs  []error // per instance, the first stream error; set once wait returns
+	wg    sync.WaitGroup
+	done  func() // cancels the run's context, closes the connections
+}
+
+// playRLQS starts the instances against targets (instance i on target i
+// modulo their number) for d, or until ctx ends.
+func playRLQS(ctx context.Context, c *rlqsConfig, targets []string, d time.Duration) (*rlqsPlay, error) {
+	conns := make([]*grpc.ClientConn, 0, len(targets))
+	closeAll := func() {
+		for _, cc := range conns {
+			cc.Close()
+		}
+	}
+	for _, a := range targets {
 		cc, err := grpc.NewClient(a, append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, dialOptions...)...)
 		if err != nil {
+			closeAll()
 			return nil, fmt.Errorf("dial %s: %w", a, err)
 		}
-		defer cc.Close()
-		conns[i] = cc
+		conns = append(conns, cc)
 	}
 	// Not a deadline: gRPC would send it to the servers, which could end a
 	// stream before the run's context says it is over.
 	runCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	stop := time.AfterFunc(d, cancel)
-	defer stop.Stop()
-	sims := make([]*envoySim, len(c.demands))
-	errs := make([]error, len(sims))
-	start := time.Now()
-	var wg sync.WaitGroup
-	for i := range sims {
-		sims[i] = &envoySim{}
-		st, err := rlqspb.NewRateLimitQuotaServiceClient(conns[i%len(conns)]).StreamRateLimitQuotas(runCtx)
-		if err != nil {
-			return nil, fmt.Errorf("stream to %s: %w", targets[i%len(targets)], err)
+	p := &rlqsPlay{sims: make([]*envoySim, len(c.demands)), errs: make([]error, len(c.demands)), start: time.Now(),
+		done: func() { stop.Stop(); cancel(); closeAll() }}
+	for i := range p.sims {
+		p.sims[i] = &envoySim{expired: c.expired}
+		// Instance i streams to target i first, and to the next one each
+		// time its stream fails (Envoy's cluster picks another host).
+		open := func(attempt int) (quotaStream, error) {
+			n := (i + attempt) % len(conns)
+			st, err := rlqspb.NewRateLimitQuotaServiceClient(conns[n]).StreamRateLimitQuotas(runCtx)
+			if err != nil {
+				return nil, fmt.Errorf("stream to %s: %w", targets[n], err)
+			}
+			return st, nil
 		}
 		demandAt := func(at time.Duration) float64 {
 			if c.shiftAt > 0 && at >= c.shiftAt {
@@ -146,18 +182,15 @@ func runRLQS(ctx context.Context, c *rlqsConfig, targets []string, d time.Durati
 			}
 			return c.demands[i]
 		}
-		wg.Go(func() {
-			if err := sims[i].play(runCtx, st, c, start, c.interval*time.Duration(i)/time.Duration(len(sims)), demandAt); err != nil && runCtx.Err() == nil {
-				errs[i] = err // failed before the end of the run
-			}
+		p.wg.Go(func() {
+			p.errs[i] = p.sims[i].play(runCtx, open, c, p.start, c.interval*time.Duration(i)/time.Duration(len(p.sims)), demandAt)
 		})
 	}
-	wg.Wait()
-	rep := analyse(c, sims, len(targets), d)
-	for i, err := range errs {
-		if err != nil {
-			rep.StreamError = fmt.Sprintf("instance %d: %v", i, err)
-		}
-	}
-	return rep, nil
+	return p, nil
+}
+
+// wait waits for the end of the run and releases its connections.
+func (p *rlqsPlay) wait() {
+	p.wg.Wait()
+	p.done()
 }

@@ -178,3 +178,22 @@ func TestSettledNewBucketAssignedAtOnce(t *testing.T) {
 		t.Fatalf("a replicated bucket's first report here: %+v, want learning (no assignment)", a)
 	}
 }
+
+// TestLearnUntil: a bucket new here learns until LearnUntil when that is
+// later than an interval (a node that started less than an assignment's
+// life ago: assignments from before a restart of every node may be in
+// use), and the retry says when.
+func TestLearnUntil(t *testing.T) {
+	tab := New(Config{Interval: time.Second})
+	until := t0.Add(2*time.Second + Slack)
+	r := Report{Key: "k", Group: "g", Limit: 100, Instance: "a", LearnUntil: until}
+	if a, err := tab.Report(t0, r); err != nil || !a.None || a.Retry != until.Sub(t0) {
+		t.Fatalf("first report: %+v, %v; want nothing, a retry at LearnUntil", a, err)
+	}
+	if a, _ := tab.Report(t0.Add(2*time.Second), r); !a.None {
+		t.Fatalf("report at 2 s, after an interval but before LearnUntil: %+v, want nothing", a)
+	}
+	if a, _ := tab.Report(until, r); a.None || a.Rate() != 50 {
+		t.Fatalf("report at LearnUntil: %+v, want half of the limit", a)
+	}
+}

@@ -53,3 +53,72 @@ func TestReplicaCountsOldAssignments(t *testing.T) {
 		t.Errorf("a replica replaced a bucket reported on here: %+v", st)
 	}
 }
+
+// TestImportMerges: the delta an owner sends before answering (one
+// instance, ExportInstance) and its periodic full state merge in either
+// order: a later assignment is not undone by an older full state.
+func TestImportMerges(t *testing.T) {
+	owner, backup := New(Config{Interval: time.Second}), New(Config{Interval: time.Second})
+	report := func(at time.Duration, id string, demand uint64) {
+		if _, err := owner.Report(t0.Add(at), Report{Key: "k", Group: "g", Limit: 100, Instance: id, Allowed: demand, Elapsed: time.Second, Settled: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	report(0, "a", 40) // a gets 40
+	var full []BucketState
+	owner.Export(t0, func(s BucketState) { full = append(full, s) })
+	report(time.Second, "b", 500) // b's first assignment, the other 60, after the full state
+	delta, ok := owner.ExportInstance(t0.Add(time.Second), "k", "b")
+	if !ok || len(delta.Instances) != 1 || len(delta.Instances[0].Leases) != 1 {
+		t.Fatalf("ExportInstance(k, b) = %+v, %v; want b and its assignment", delta, ok)
+	}
+	if _, ok := owner.ExportInstance(t0, "k", "nobody"); ok {
+		t.Error("ExportInstance of an instance the bucket does not hold: ok, want not")
+	}
+	at := t0.Add(time.Second)
+	if err := backup.Import(at, delta); err != nil {
+		t.Fatal(err)
+	}
+	if err := backup.Import(at, full[0]); err != nil { // the older full state, late
+		t.Fatal(err)
+	}
+	// The backup takes over: it counts a's and b's assignments.
+	a, err := backup.Report(at, Report{Key: "k", Group: "g", Limit: 100, Instance: "c", Settled: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	backup.mu.Lock()
+	counted := 0.0
+	for _, in := range backup.buckets["k"].instances {
+		counted += in.outstanding(at)
+	}
+	backup.mu.Unlock()
+	if want := 100.0; counted > want+1e-9 || counted < want-a.Rate()-1e-9 {
+		t.Errorf("the backup counts %v in all, with c's %v: want a's and b's (all of the limit) and nothing for c", counted, a.Rate())
+	}
+	if !a.None && a.Rate() != 0 {
+		t.Errorf("c at the backup while a's and b's run: %+v, want nothing", a)
+	}
+}
+
+// TestImportIntoOwnBucket: an earlier owner's state reaching the new
+// owner (it reports on the bucket already) adds the assignments it lists,
+// counted until they end; the new owner's own instances keep their state.
+func TestImportIntoOwnBucket(t *testing.T) {
+	tab := New(Config{Interval: time.Second})
+	if _, err := tab.Report(t0, Report{Key: "k", Group: "g", Limit: 100, Instance: "a", Settled: true}); err != nil {
+		t.Fatal(err)
+	}
+	if err := tab.Import(t0, BucketState{Key: "k", Group: "g", Limit: 100, Instances: []InstanceState{
+		{ID: "x", Demand: 60, Leases: []LeaseState{{Rate: 60, Left: 1500 * time.Millisecond}}}}}); err != nil {
+		t.Fatal(err)
+	}
+	a, err := tab.Report(t0.Add(time.Second+Slack), Report{Key: "k", Group: "g", Limit: 100, Instance: "a", Allowed: 1000, Elapsed: time.Second, Settled: true})
+	if err != nil || a.Rate() > 40 {
+		t.Fatalf("a while x's imported 60 runs: %+v, %v; want at most 40", a, err)
+	}
+	a, err = tab.Report(t0.Add(3*time.Second), Report{Key: "k", Group: "g", Limit: 100, Instance: "a", Allowed: 1000, Elapsed: time.Second, Settled: true})
+	if err != nil || a.Rate() < 50 {
+		t.Errorf("a after x's assignment ended: %+v, %v; want its share", a, err)
+	}
+}

@@ -83,6 +83,12 @@ type Report struct {
 	// ring has not changed for a TTL and more): a bucket new here is new
 	// everywhere, and needs no learning.
 	Settled bool
+	// LearnUntil: a bucket new here learns at least until then (zero:
+	// one interval). The node's start plus an assignment's life: after a
+	// restart of every node nobody can tell what the instances hold, and
+	// nothing new is handed out while an assignment from before may be in
+	// use.
+	LearnUntil time.Time
 }
 
 // Assignment is an instance's share of a bucket as a token bucket: Tokens
@@ -213,7 +219,7 @@ func (t *Table) Report(now time.Time, r Report) (Assignment, error) {
 		// New here (a join, a restart, a stale replica) while the ring may
 		// have moved it: instances that have not reported yet may hold an
 		// earlier owner's assignments.
-		b.learning = now.Add(t.cfg.Interval + Slack)
+		b.learning = maxTime(now.Add(t.cfg.Interval+Slack), r.LearnUntil)
 	}
 	b.group, b.limit, b.replica = r.Group, max(r.Limit, 0), false
 	in := b.instances[r.Instance]

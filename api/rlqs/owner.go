@@ -43,7 +43,7 @@ var quotaServiceDesc = grpc.ServiceDesc{
 	ServiceName: QuotaService,
 	HandlerType: (*any)(nil),
 	Methods:     []grpc.MethodDesc{{MethodName: "Report", Handler: reportHandler}, {MethodName: "Replicate", Handler: replicateHandler}},
-	Metadata:    "api/rlqs/owner.go",
+	Metadata:    quotaProto, // described to server reflection by descriptor.go
 }
 
 func reportHandler(srv any, ctx context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
@@ -65,14 +65,23 @@ func reportHandler(srv any, ctx context.Context, dec func(any) error, _ grpc.Una
 	set := s.cfg.Rules.Load()
 	retries := make([]string, 0, len(in.GetBucketQuotaUsages()))
 	hs := decodeHeld(md.Get(heldKey), len(in.GetBucketQuotaUsages()))
+	keys := make([]string, len(in.GetBucketQuotaUsages()))
 	for i, u := range in.GetBucketQuotaUsages() {
 		if err := s.checkBucket(u.GetBucketId()); err != nil {
 			return nil, status.Error(codes.InvalidArgument, err.Error())
 		}
 		m := set.MatchQuota(in.GetDomain(), u.GetBucketId().GetBucket())
 		action, retry := s.decideOwned(now, ids[0], in.GetDomain(), m, u, hs[i])
+		if m.Rule != "" && action.GetQuotaAssignmentAction() != nil {
+			keys[i] = m.Key
+		}
 		out.BucketAction = append(out.BucketAction, action)
 		retries = append(retries, strconv.FormatInt(retry.Milliseconds(), 10))
+	}
+	for i, ok := range s.replicateBefore(ctx, now, ids[0], keys) {
+		if !ok { // not answered: the instance keeps what it holds, which the backup knows
+			out.BucketAction[i] = &rlqspb.RateLimitQuotaResponse_BucketAction{BucketId: in.GetBucketQuotaUsages()[i].GetBucketId()}
+		}
 	}
 	if err := grpc.SetHeader(ctx, metadata.Pairs(append([]string{retryKey}, strings.Join(retries, ","))...)); err != nil {
 		return nil, err
@@ -91,6 +100,7 @@ func (s *Service) decideOwned(now time.Time, instance, domain string, m rules.Qu
 		Key: m.Key, Group: group(domain, m.Rule), Limit: m.PerSecond, Instance: instance,
 		Allowed: u.GetNumRequestsAllowed(), Denied: u.GetNumRequestsDenied(),
 		Elapsed: u.GetTimeElapsed().AsDuration(), Held: h.rate, HeldLeft: h.left, Settled: s.settled(now),
+		LearnUntil: s.started.Add(s.table.TTL() + quota.Slack),
 	})
 	if err != nil { // the table is full: this bucket falls back to the default
 		s.m.full.Inc()

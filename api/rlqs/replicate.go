@@ -15,14 +15,23 @@ import (
 	"github.com/shardlimiter/shardlimiter/quota"
 )
 
-// Replication of the owner's buckets: every interval, each bucket's state
-// (its instances' demand and the assignments that may still be in use) is
-// sent to the node that would own it if this node left
-// (shardlimiter.v1.Quota/Replicate, a JSON list of quota.BucketState in a
-// BytesValue), which keeps it as a replica. A new owner after a crash so
-// counts the old owner's assignments until their TTL ends, up to one
-// interval old. A replica nobody reports on is forgotten once its
-// assignments have ended.
+// Replication of the owner's buckets to the node that would own them if
+// this node left (shardlimiter.v1.Quota/Replicate, a JSON list of
+// quota.BucketState in a BytesValue), which merges them into what it
+// holds (quota.Table.Import):
+//
+//   - before an assignment is answered, the instance's state of the
+//     bucket (replicateBefore): an assignment is a lease, and the backup
+//     knows every one that may be in use, so a new owner after a crash
+//     counts them all until their TTL ends. A bucket whose backup cannot
+//     be reached is answered nothing (the instance keeps what it holds,
+//     which the backup knows), as with a lease that is not replicated;
+//   - every interval, the whole state (replicate): the demands, and the
+//     state of a bucket this node no longer owns to the one that does now
+//     (after a join or a restart), which adds the assignments it lists.
+//
+// A replica nobody reports on is forgotten once its assignments have
+// ended.
 
 // ReplicateMethod is the peer method that takes replicas.
 const ReplicateMethod = "/" + QuotaService + "/Replicate"
@@ -74,6 +83,47 @@ func (s *Service) replicate(ctx context.Context, now time.Time) {
 			states = states[n:]
 		}
 	}
+}
+
+// replicateBefore sends the state of instance in each bucket keys[i]
+// ("" for none) to the bucket's backup and reports, per key, whether the
+// answer may go out: true when sent, when there is nothing to send, or
+// when the bucket has no backup (a lone node).
+func (s *Service) replicateBefore(ctx context.Context, now time.Time, instance string, keys []string) []bool {
+	ok := make([]bool, len(keys))
+	byAddr := map[string][]int{}
+	for i, key := range keys {
+		addr, has := "", false
+		if key != "" && s.cfg.Router != nil {
+			addr, has = s.cfg.Router.Backup(key)
+		}
+		if !has || addr == "" {
+			ok[i] = true
+			continue
+		}
+		byAddr[addr] = append(byAddr[addr], i)
+	}
+	for addr, idx := range byAddr { // one backup for a report's few buckets, in practice
+		states := make([]quota.BucketState, 0, len(idx))
+		for _, i := range idx {
+			if st, found := s.table.ExportInstance(now, keys[i], instance); found {
+				states = append(states, st)
+			}
+		}
+		var err error
+		for rest := states; len(rest) > 0 && err == nil; rest = rest[min(len(rest), maxReplicaBuckets):] {
+			err = s.sendReplicas(ctx, addr, rest[:min(len(rest), maxReplicaBuckets)])
+		}
+		if err != nil {
+			s.m.replicaErrors.Inc()
+			continue
+		}
+		s.m.replicated.Add(float64(len(states)))
+		for _, i := range idx {
+			ok[i] = true
+		}
+	}
+	return ok
 }
 
 func (s *Service) sendReplicas(ctx context.Context, addr string, states []quota.BucketState) error {

@@ -33,7 +33,7 @@ rlqs:
       rate_limit: {unit: second, requests_per_unit: 100}
 `
 
-func testStore(t *testing.T) *rules.Store {
+func testStore(t testing.TB) *rules.Store {
 	t.Helper()
 	set, err := rules.Parse("rules.yaml", []byte(testRules))
 	if err != nil {
@@ -56,7 +56,7 @@ func (r routeTo) RingVersion() uint64 { return 0 }
 
 // serve runs svc's client and peer listeners over bufconn and returns a
 // client of its RLQS service and the peer listener's target and dialer.
-func serve(t *testing.T, svc *Service) (rlqspb.RateLimitQuotaServiceClient, string, grpc.DialOption) {
+func serve(t testing.TB, svc *Service) (rlqspb.RateLimitQuotaServiceClient, string, grpc.DialOption) {
 	t.Helper()
 	cl := server.NewClientListener(server.Config{})
 	svc.Register(cl)
@@ -108,7 +108,7 @@ func TestStreamAssignsAndDefaults(t *testing.T) {
 		resp.GetBucketAction()[0].GetQuotaAssignmentAction() == nil {
 		t.Errorf("unmatched bucket: %v, want ALLOW_ALL (the domain's default)", resp.GetBucketAction()[0])
 	}
-	clock.advance(time.Second + quota.Slack) // learning has ended
+	clock.advance(startLearning) // learning has ended
 	resp = exchange(t, st, "edge", usage(map[string]string{"tenant": "acme"}, 0, 1, 0))
 	if n, ok := tokens(resp.GetBucketAction()[0]); !ok || n != 50 {
 		t.Errorf("tenant bucket, first report: %v, want a token bucket of 50 per fill (half of what is free: no demand known)", resp.GetBucketAction()[0])
@@ -202,7 +202,7 @@ func TestReportsGoToTheOwner(t *testing.T) {
 	other := map[string]string{"path": "/"} // answered at once: the tenant's new bucket learns first
 	exchange(t, a, "edge", usage(tenant, 0, 1, 0), usage(other, 0, 1, 0))
 	exchange(t, b, "edge", usage(tenant, 0, 1, 0), usage(other, 0, 1, 0))
-	clock.advance(time.Second + quota.Slack)
+	clock.advance(startLearning)
 	// Both instances want 500/s of the tenant's 100/s: once a's first
 	// lease of all 100 has ended, each gets half.
 	for round := 0; ; round++ {
@@ -229,6 +229,11 @@ func TestReportsGoToTheOwner(t *testing.T) {
 	}
 }
 
+// startLearning is how long a node learns a bucket new to it after its
+// start (the tests' nodes start at the clock's start): an assignment's
+// life, two 1 s intervals and Slack.
+const startLearning = 2*time.Second + quota.Slack
+
 // fakeClock is a clock the test moves.
 type fakeClock struct{ at atomic.Int64 }
 
@@ -245,7 +250,11 @@ func (r *switchRoute) Backup(string) (string, bool) { return "", false }
 
 func (r *switchRoute) RingVersion() uint64 { return 0 }
 
-func TestUnreachableOwnerKeepsThenFallsBack(t *testing.T) {
+// TestUnreachableOwnerLeavesExpiryToEnvoy: while the owner cannot be
+// reached, nothing is sent for its bucket, before and after the
+// assignment's TTL ends (Envoy's expired_assignment_behavior decides),
+// never the domain's default.
+func TestUnreachableOwnerLeavesExpiryToEnvoy(t *testing.T) {
 	var clock fakeClock
 	owner := New(Config{Rules: testStore(t), Node: "owner", Interval: time.Second, Now: clock.now})
 	pl := server.NewPeerListener(server.Config{})
@@ -274,7 +283,7 @@ func TestUnreachableOwnerKeepsThenFallsBack(t *testing.T) {
 	}
 	tenant, other := map[string]string{"tenant": "acme"}, map[string]string{"path": "/"}
 	exchange(t, st, "edge", usage(tenant, 0, 1, 0), usage(other, 0, 1, 0))
-	clock.advance(time.Second + quota.Slack) // the new bucket's learning has ended
+	clock.advance(startLearning) // the new bucket's learning has ended
 	resp := exchange(t, st, "edge", usage(tenant, time.Second, 40, 0), usage(other, time.Second, 1, 0))
 	if n, _ := tokens(resp.GetBucketAction()[0]); n != 40 {
 		t.Fatalf("owner reachable: %v, want 40 per fill", resp)
@@ -287,9 +296,18 @@ func TestUnreachableOwnerKeepsThenFallsBack(t *testing.T) {
 	}
 	clock.advance(2 * time.Second) // the assignment has ended
 	resp = exchange(t, st, "edge", usage(tenant, time.Second, 40, 0), usage(other, time.Second, 1, 0))
-	if len(resp.GetBucketAction()) != 2 || resp.GetBucketAction()[0].GetQuotaAssignmentAction().GetRateLimitStrategy().GetBlanketRule() != typev3.RateLimitStrategy_ALLOW_ALL ||
-		resp.GetBucketAction()[0].GetQuotaAssignmentAction().GetRateLimitStrategy() == nil {
-		t.Errorf("owner unreachable, assignment ended: %v, want the domain's default ALLOW_ALL for the tenant", resp)
+	if len(resp.GetBucketAction()) != 1 || resp.GetBucketAction()[0].GetBucketId().GetBucket()["path"] != "/" {
+		t.Errorf("owner unreachable, assignment ended: %v, want only the other bucket's action (Envoy's expired_assignment_behavior applies, not the domain's default ALLOW_ALL)", resp)
+	}
+	// A new stream (its instance's node crashed) holds nothing the node
+	// knows of: nothing either, not the default.
+	st2, err := client.StreamRateLimitQuotas(transporttest.Ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp = exchange(t, st2, "edge", usage(tenant, time.Second, 40, 0), usage(other, time.Second, 1, 0))
+	if len(resp.GetBucketAction()) != 1 || resp.GetBucketAction()[0].GetBucketId().GetBucket()["path"] != "/" {
+		t.Errorf("owner unreachable, new stream: %v, want only the other bucket's action", resp)
 	}
 }
 
@@ -358,6 +376,9 @@ func TestSettledRingSkipsLearning(t *testing.T) {
 	}
 }
 
+// TestNewOwnerCountsReplicatedAssignments: an owner replicates an
+// instance's assignment to the bucket's backup before answering, so the
+// backup, owner after a crash, counts it until it ends.
 func TestNewOwnerCountsReplicatedAssignments(t *testing.T) {
 	var clock fakeClock
 	next := New(Config{Rules: testStore(t), Node: "next", Interval: time.Second, Now: clock.now, Router: backupRoute{}})
@@ -374,14 +395,15 @@ func TestNewOwnerCountsReplicatedAssignments(t *testing.T) {
 		t.Fatal(err)
 	}
 	exchange(t, st, "edge", usage(tenant, 0, 1, 0), usage(map[string]string{"path": "/"}, 0, 1, 0))
-	clock.advance(time.Second + quota.Slack) // the new bucket's learning has ended
+	clock.advance(startLearning) // the new bucket's learning has ended
 	resp := exchange(t, st, "edge", usage(tenant, time.Second, 500, 0))
 	if n, _ := tokens(resp.GetBucketAction()[0]); n != 100 {
 		t.Fatalf("the only instance on the old owner: %v, want 100 per fill", resp)
 	}
-	old.replicate(ctx, clock.now())
+	// Replicated before the answer, with no periodic round yet: the
+	// backup knows the assignment that may be in use.
 	if got, _ := transporttest.Sample(t, reg, "shardlimiter_rlqs_replicated_buckets_total"); got != 1 {
-		t.Fatalf("replicated buckets = %v, want 1", got)
+		t.Fatalf("replicated buckets = %v, want 1 (the instance's state, before its answer)", got)
 	}
 	// The old owner is gone; an instance reports to the new one while the
 	// old assignment runs: nothing is free.
@@ -435,7 +457,7 @@ func TestJoinCountsHeldAssignments(t *testing.T) {
 	}
 	tenant, other := map[string]string{"tenant": "acme"}, map[string]string{"path": "/"}
 	exchange(t, a, "edge", usage(tenant, 0, 1, 0), usage(other, 0, 1, 0))
-	clock.advance(time.Second + quota.Slack)
+	clock.advance(startLearning)
 	if n, _ := tokens(exchange(t, a, "edge", usage(tenant, time.Second, 500, 0)).GetBucketAction()[0]); n != 100 {
 		t.Fatalf("a alone on the old owner: %d per fill, want 100", n)
 	}
@@ -460,5 +482,37 @@ func TestJoinCountsHeldAssignments(t *testing.T) {
 	nb, _ := tokens(exchange(t, b, "edge", usage(tenant, time.Second, 500, 0)).GetBucketAction()[0])
 	if na != 50 || nb != 50 {
 		t.Errorf("after a's held assignment ended: %d and %d per fill, want 50 each", na, nb)
+	}
+}
+
+// TestUnreplicatedAssignmentNotAnswered: an assignment whose backup cannot
+// be told is not answered (the instance keeps what it holds, which the
+// backup knows), and counted as a replication error.
+func TestUnreplicatedAssignmentNotAnswered(t *testing.T) {
+	var clock fakeClock
+	dead, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadAddr := dead.Addr().String()
+	dead.Close()
+	reg := prometheus.NewRegistry()
+	owner := New(Config{Rules: testStore(t), Node: "owner", Interval: time.Second, Now: clock.now, Registerer: reg,
+		Router: backupRoute{backup: deadAddr}, PeerTimeout: 200 * time.Millisecond})
+	client, _, _ := serve(t, owner)
+	t.Cleanup(owner.owners.closeAll)
+	st, err := client.StreamRateLimitQuotas(transporttest.Ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tenant, other := map[string]string{"tenant": "acme"}, map[string]string{"path": "/"}
+	exchange(t, st, "edge", usage(tenant, 0, 1, 0), usage(other, 0, 1, 0))
+	clock.advance(startLearning)
+	resp := exchange(t, st, "edge", usage(tenant, time.Second, 50, 0), usage(other, time.Second, 1, 0))
+	if len(resp.GetBucketAction()) != 1 || resp.GetBucketAction()[0].GetBucketId().GetBucket()["path"] != "/" {
+		t.Errorf("backup unreachable: %v, want only the other bucket's action", resp)
+	}
+	if got, _ := transporttest.Sample(t, reg, "shardlimiter_rlqs_replication_errors_total"); got != 1 {
+		t.Errorf("replication errors = %v, want 1", got)
 	}
 }

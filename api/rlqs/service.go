@@ -16,11 +16,13 @@
 // DENY_ALL or no assignment.
 //
 // When the owner cannot be reached, the stream's node sends nothing for
-// the bucket: Envoy keeps its last assignment until its TTL, and once that
-// has ended the node assigns the domain's default. Every interval, an
-// owner sends its buckets' state to the node that would own them if it
-// left (replicate.go), so that a new owner after a crash counts the
-// assignments still in use.
+// the bucket: Envoy keeps its last assignment until its TTL, then applies
+// its expired_assignment_behavior. Before it answers an assignment, and
+// every interval, an owner sends the bucket's state to the node that
+// would own it if it left (replicate.go), so that a new owner after a
+// crash counts every assignment still in use; a node learns what the
+// instances hold of a bucket new to it for an interval, and until an
+// assignment's life after its start (settled, quota.Report.LearnUntil).
 //
 // Concurrency: a Service is safe for concurrent use; each stream is
 // served by its own goroutine (gRPC's), the owner's table has one mutex.
@@ -126,6 +128,9 @@ type Service struct {
 	// (or the start) was first seen, Unix ns: see settled.
 	ringSeen    atomic.Uint64
 	ringChanged atomic.Int64
+	// started is when the node started: until an assignment's life after
+	// it, a bucket new here learns (quota.Report.LearnUntil).
+	started time.Time
 }
 
 // settleMargin is added to an assignment's life when dating ownership
@@ -177,7 +182,8 @@ func New(cfg Config) *Service {
 		owners:  owners{opts: cfg.DialOptions, conns: map[string]*ownerConn{}},
 		stopped: context.Background(),
 	}
-	s.ringChanged.Store(cfg.Now().UnixNano())
+	s.started = cfg.Now()
+	s.ringChanged.Store(s.started.UnixNano())
 	s.m = newMetrics(s, cfg.Registerer)
 	return s
 }
@@ -196,6 +202,7 @@ func (s *Service) Register(l *server.Listener) {
 // listener: the reports of the streams of other nodes for the buckets this
 // node owns.
 func (s *Service) RegisterPeer(l *server.Listener) {
+	registerQuotaProto()
 	l.Register(&quotaServiceDesc, s)
 }
 

@@ -225,10 +225,11 @@ func (s *Service) accept(ss *stream, now time.Time, msg *rlqspb.RateLimitQuotaUs
 }
 
 // route decides each item: the default for unmatched buckets, the table
-// for the buckets owned here, the owners' answers for the others (in
-// parallel, one call per owner).
+// for the buckets owned here (their backups told before the answer), the
+// owners' answers for the others (in parallel, one call per owner).
 func (s *Service) route(ctx context.Context, ss *stream, now time.Time, items []*pending) {
 	remote := map[string][]*pending{}
+	var owned []*pending
 	for _, p := range items {
 		switch addr, self := s.owner(p.match); {
 		case p.match.Rule == "":
@@ -236,6 +237,7 @@ func (s *Service) route(ctx context.Context, ss *stream, now time.Time, items []
 		case self:
 			p.action, p.retry = s.decideOwned(now, ss.id, ss.domain, p.match, p.usage, p.bucket.heldAt(now))
 			s.m.reports.WithLabelValues("local").Inc()
+			owned = append(owned, p)
 		default:
 			remote[addr] = append(remote[addr], p)
 		}
@@ -248,6 +250,17 @@ func (s *Service) route(ctx context.Context, ss *stream, now time.Time, items []
 			s.forward(ctx, ss, now, addr, ps)
 		}()
 	}
+	keys := make([]string, len(owned))
+	for i, p := range owned {
+		if p.action.GetQuotaAssignmentAction() != nil {
+			keys[i] = p.match.Key
+		}
+	}
+	for i, ok := range s.replicateBefore(ctx, now, ss.id, keys) {
+		if !ok {
+			owned[i].action = &rlqspb.RateLimitQuotaResponse_BucketAction{} // nothing to send: the instance keeps what it holds
+		}
+	}
 	wg.Wait()
 }
 
@@ -259,8 +272,15 @@ func (s *Service) owner(m rules.QuotaMatch) (string, bool) {
 }
 
 // forward asks the owner at addr for the actions of ps. An owner that
-// cannot be reached leaves each bucket with its last assignment while it
-// lasts (nothing is sent), then with the domain's default.
+// cannot be reached gets nothing sent for its buckets: Envoy keeps the
+// assignment it holds until its TTL ends and then applies its
+// expired_assignment_behavior (an instance holding none, its
+// no_assignment_behavior). Not the domain's default: the bucket is
+// limited, and an owner is unreachable mostly while the ring has not yet
+// moved a crashed owner's buckets to their backup, for a few seconds; an
+// ALLOW_ALL default then admitted every instance's whole demand, and an
+// instance that had just opened this stream (its node crashed) got it at
+// once, holding a live assignment the stream does not know.
 func (s *Service) forward(ctx context.Context, ss *stream, now time.Time, addr string, ps []*pending) {
 	usages := make([]*rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage, len(ps))
 	hs := make([]held, len(ps))
@@ -277,10 +297,6 @@ func (s *Service) forward(ctx context.Context, ss *stream, now time.Time, addr s
 	}
 	s.m.reports.WithLabelValues("owner_unreachable").Add(float64(len(ps))) // counted, not logged: once per report and stream
 	for _, p := range ps {
-		if now.Before(p.bucket.until) {
-			p.action = &rlqspb.RateLimitQuotaResponse_BucketAction{} // nothing to send
-			continue
-		}
-		p.action = defaultAction(p.usage.GetBucketId(), p.match.Default, s.table.TTL())
+		p.action = &rlqspb.RateLimitQuotaResponse_BucketAction{} // nothing to send
 	}
 }
