@@ -429,10 +429,15 @@ func TestRLQSWholeClusterRestartAgainstLocalCluster(t *testing.T) {
 	t.Logf("admitted per second (limit %.0f): %v", limit, secs)
 	t.Logf("from 2 s before the kill: the most any span admitted over the limit %.0f requests (bound: one fill of each instance, %.0f), highest 2 s %.3f × limit; from %d s on, average %.3f × limit",
 		over, held, peak2/limit, recovered, late/limit)
-	// Reached exactly when every instance, denied until then, gets its
-	// new assignment in one second: each bucket starts full.
-	if over > held {
-		t.Errorf("a span admitted %.0f requests over the limit after the restart, want at most %.0f (one fill of each instance): new assignments were handed out while old ones were in use", over, held)
+	// One fill of each instance is reached exactly when every instance,
+	// denied until then, gets its new assignment in one second: each
+	// bucket starts full. An instance whose share changes again while the
+	// owners learn the demand gets a new, full bucket once more, so the
+	// bound asserted is two fills; handing out new assignments while the
+	// old ones were in use would admit a whole limit per second more,
+	// for as long as they lasted (a TTL, 10 s here: 6,000).
+	if over > 2*held {
+		t.Errorf("a span admitted %.0f requests over the limit after the restart, want at most %.0f (two fills of each instance): new assignments were handed out while old ones were in use", over, 2*held)
 	}
 	if late < 0.85*limit {
 		t.Errorf("after the restart the instances admitted %.0f/s on average, %.2f × the limit: want at least 0.85 ×", late, late/limit)
