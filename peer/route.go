@@ -101,6 +101,11 @@ func (n *Node) Check(ctx context.Context, checks []limit.Check) ([]limit.Result,
 		if remote == nil {
 			remote = make([][]int, v.snap.Len())
 		}
+		if remote[o] == nil {
+			// Room for the rest of the batch: one allocation per owner,
+			// not one per doubling.
+			remote[o] = make([]int, 0, len(checks)-i)
+		}
 		for j := i; j < end; j++ {
 			remote[o] = append(remote[o], j)
 		}
@@ -426,13 +431,20 @@ func (n *Node) decideHere(ctx context.Context, checks []limit.Check, idx []int, 
 // the owner's stand-in (the holder of their replicas, when replication is
 // on), and failing that to the fail policy.
 func (n *Node) forward(ctx context.Context, owner ring.Member, checks []limit.Check, idx []int, res []limit.Result, standin bool, hops int) {
-	sub := make([]limit.Check, len(idx))
-	for j, i := range idx {
-		sub[j] = checks[i]
+	sp := subPool.Get().(*[]limit.Check)
+	sub := (*sp)[:0]
+	for _, i := range idx {
+		sub = append(sub, checks[i])
 	}
 	out, err := n.peers.forward(ctx, owner, sub, standin)
-	if err == nil && len(out) != len(sub) {
-		err = fmt.Errorf("peer: %s answered %d of %d checks", owner.Name, len(out), len(sub))
+	// A Link keeps none of the checks once Forward has returned.
+	clear(sub)
+	if cap(sub) <= 4*transport.DefaultMaxBatch {
+		*sp = sub[:0]
+		subPool.Put(sp)
+	}
+	if err == nil && len(out) != len(idx) {
+		err = fmt.Errorf("peer: %s answered %d of %d checks", owner.Name, len(out), len(idx))
 	}
 	// On a failed forward the client still returns what the owner answered
 	// (items it decided) next to the items that never got there (marked
@@ -441,7 +453,7 @@ func (n *Node) forward(ctx context.Context, owner ring.Member, checks []limit.Ch
 	var redirect []routed
 	for j, i := range idx {
 		switch {
-		case err != nil && (len(out) != len(sub) || out[j].Reason == limit.Unavailable):
+		case err != nil && (len(out) != len(idx) || out[j].Reason == limit.Unavailable):
 			failed = append(failed, i)
 		case out[j].Reason == limit.NotOwner:
 			redirect = append(redirect, routed{ring.Member{Name: out[j].Owner}, i})
@@ -479,6 +491,9 @@ func (n *Node) forward(ctx context.Context, owner ring.Member, checks []limit.Ch
 	}
 	n.fallback(ctx, owner, checks, failed, res, err)
 }
+
+// subPool holds forward's copies of the checks bound for one owner.
+var subPool = sync.Pool{New: func() any { return new([]limit.Check) }}
 
 // reroute routes items idx again on the current ring and handoff marks,
 // as Check routes them: those this node decides are decided here (after
