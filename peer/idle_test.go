@@ -126,3 +126,62 @@ func TestReadyChangedSignals(t *testing.T) {
 		t.Fatal("Ready after Leave")
 	}
 }
+
+// TestSweepBacksOffWhileNothingExpires: a node holding a key still in use
+// (a one-hour window) sweeps less and less often, up to maxSweepBackoff ×
+// SweepInterval apart, instead of every SweepInterval; a key that expires
+// meanwhile is still swept within that longest interval, and the sweep
+// that removes it brings the interval back. Sweeps are counted by their
+// clock reads, as in TestIdleNodeRunsNoTimer.
+func TestSweepBacksOffWhileNothingExpires(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		var reads atomic.Int64
+		n, err := New(Config{Name: "a", GRPCAddr: "127.0.0.1:1",
+			Now: func() time.Time { reads.Add(1); return time.Now() }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- n.Run(ctx) }()
+		defer func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("Run() = %v", err)
+			}
+		}()
+		held := limit.Check{Name: "r", Key: "held", Hits: 1, Rule: rule(limit.FixedWindow, 10, time.Hour)}
+		if _, err := n.CheckLocal(ctx, []limit.Check{held}); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		before := reads.Load()
+		time.Sleep(10 * time.Minute)
+		synctest.Wait()
+		// 1+2+…+32 s, then every 32 s: about 23 sweeps in 10 minutes,
+		// where a sweep per second would be 600.
+		if got := reads.Load() - before; got > 30 || got < 10 {
+			t.Errorf("%d sweeps in 10 minutes holding a key in use, want 10–30 (backed off to %v)", got, maxSweepBackoff*n.cfg.SweepInterval)
+		}
+
+		// A key with a 2 s window, checked while sweeps are 32 s apart: the
+		// first sweep after it expired removes it, and the next ones come
+		// 1 s and 2 s later. Backed off, the 37 s below would hold at most
+		// 2 sweeps; with the reset, at least 3.
+		short := limit.Check{Name: "r", Key: "short", Hits: 1, Rule: rule(limit.FixedWindow, 10, 2*time.Second)}
+		if _, err := n.CheckLocal(ctx, []limit.Check{short}); err != nil {
+			t.Fatal(err)
+		}
+		before = reads.Load()
+		window := 2*time.Second + maxSweepBackoff*n.cfg.SweepInterval + 3*n.cfg.SweepInterval + time.Millisecond
+		time.Sleep(window)
+		synctest.Wait()
+		if got := n.keys(); got != 1 {
+			t.Fatalf("keys %v after a check with a 2 s window = %d, want 1 (it swept)", window, got)
+		}
+		if got := reads.Load() - before; got < 3 {
+			t.Errorf("%d sweeps in the %v after a check with a 2 s window, want at least 3 (the interval back to %v after the sweep that removed it)", got, window, n.cfg.SweepInterval)
+		}
+	})
+}

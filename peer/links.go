@@ -37,6 +37,8 @@ type Link interface {
 	// of their owner, which could not be reached. On an error the results,
 	// when there are as many as checks, hold the answers of the items that
 	// were decided and limit.Unavailable for those that never got there.
+	// It keeps none of checks once it has returned (the node reuses the
+	// slice).
 	Forward(ctx context.Context, checks []limit.Check, standin bool) ([]limit.Result, error)
 	// Push merges keys into the other node's tables; for a handoff,
 	// partitions lists those this node hands over whole.

@@ -89,7 +89,9 @@ type Config struct {
 	MaxMemory int64
 	// FailPolicy decides checks whose owner cannot be reached.
 	FailPolicy FailPolicy
-	// SweepInterval is how often idle keys are swept; 0 means 1 s.
+	// SweepInterval is how often idle keys are swept; 0 means 1 s. While
+	// sweeps find nothing to remove it doubles, up to 32 × SweepInterval
+	// (see sweepLoop).
 	SweepInterval time.Duration
 	// SweepBudget is how many keys each sweep of each table looks at; 0
 	// means 65536. Larger frees memory sooner, at more CPU per tick.
@@ -508,8 +510,17 @@ func wake(ch chan struct{}) {
 // out a lost wake-up: the loop reads the tables' sizes after it last took
 // keysWake, and a table that gains its first key after that read signals
 // keysWake afterwards (table.Config.OnFirstKey).
+//
+// While sweeps find nothing to remove in tables they cover whole (keys
+// that are still in use: a long period, a steady load), the interval
+// doubles after each, up to maxSweepBackoff × SweepInterval, so that a
+// node holding keys does not visit them all every second for nothing;
+// the first sweep that removes a key brings it back to SweepInterval. An
+// idle key may so stay up to that longer before it is swept; the key cap
+// and the byte budget bound the tables meanwhile, as always.
 func (n *Node) sweepLoop(ctx context.Context) {
-	t := time.NewTimer(n.cfg.SweepInterval)
+	every := n.cfg.SweepInterval
+	t := time.NewTimer(every)
 	defer t.Stop()
 	for {
 		if n.keys() == 0 {
@@ -519,21 +530,44 @@ func (n *Node) sweepLoop(ctx context.Context) {
 				return
 			case <-n.keysWake:
 			}
-			t.Reset(n.cfg.SweepInterval)
+			every = n.cfg.SweepInterval
+			t.Reset(every)
 		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			t.Reset(n.cfg.SweepInterval)
-			now := n.cfg.Now().UnixNano()
-			removed := 0
-			for _, l := range n.limiters {
-				removed += l.Sweep(now, n.cfg.SweepBudget)
-			}
-			n.m.swept.Add(float64(removed))
+			every = n.nextSweep(every, n.sweep())
+			t.Reset(every)
 		}
 	}
+}
+
+// maxSweepBackoff bounds the sweep interval's growth while sweeps find
+// nothing to remove (see sweepLoop): 32 s at the default SweepInterval.
+const maxSweepBackoff = 32
+
+// sweep sweeps every table once and reports whether it was quiet: it
+// removed nothing and looked at every key (no table held more than
+// SweepBudget).
+func (n *Node) sweep() (quiet bool) {
+	now := n.cfg.Now().UnixNano()
+	removed, whole := 0, true
+	for _, l := range n.limiters {
+		whole = whole && l.Len() <= n.cfg.SweepBudget
+		removed += l.Sweep(now, n.cfg.SweepBudget)
+	}
+	n.m.swept.Add(float64(removed))
+	return removed == 0 && whole
+}
+
+// nextSweep is the interval after a sweep: doubled after a quiet one, up
+// to maxSweepBackoff × SweepInterval, else SweepInterval.
+func (n *Node) nextSweep(every time.Duration, quiet bool) time.Duration {
+	if !quiet {
+		return n.cfg.SweepInterval
+	}
+	return min(2*every, maxSweepBackoff*n.cfg.SweepInterval)
 }
 
 // keys returns the keys held in all tables.

@@ -98,12 +98,7 @@ func (n *Node) Check(ctx context.Context, checks []limit.Check) ([]limit.Result,
 		if n.lh != nil && leasableCheck(c) && n.lh.decide(kb.key(c.Name, c.Key), c, v.snap.Member(o), now, &res[i]) {
 			continue
 		}
-		if remote == nil {
-			remote = make([][]int, v.snap.Len())
-		}
-		for j := i; j < end; j++ {
-			remote[o] = append(remote[o], j)
-		}
+		remote = addRemote(remote, v.snap.Len(), o, i, end, len(checks))
 	}
 	n.ho.deciding.RUnlock()
 	if len(alone) > 0 {
@@ -119,6 +114,23 @@ func (n *Node) Check(ctx context.Context, checks []limit.Check) ([]limit.Result,
 	groups = appendRouted(groups, moved)
 	n.forwardAll(ctx, groups, checks, res, false, 0)
 	return res, nil
+}
+
+// addRemote adds the items [i, end) of a batch of n to remote[o], the
+// items bound for member o of a ring of members; remote is made on the
+// first remote item, and each member's list with room for the rest of the
+// batch: one allocation per owner, not one per doubling.
+func addRemote(remote [][]int, members, o, i, end, n int) [][]int {
+	if remote == nil {
+		remote = make([][]int, members)
+	}
+	if remote[o] == nil {
+		remote[o] = make([]int, 0, n-i)
+	}
+	for j := i; j < end; j++ {
+		remote[o] = append(remote[o], j)
+	}
+	return remote
 }
 
 // routed is one item bound for a member outside the ring's routing.
@@ -426,13 +438,9 @@ func (n *Node) decideHere(ctx context.Context, checks []limit.Check, idx []int, 
 // the owner's stand-in (the holder of their replicas, when replication is
 // on), and failing that to the fail policy.
 func (n *Node) forward(ctx context.Context, owner ring.Member, checks []limit.Check, idx []int, res []limit.Result, standin bool, hops int) {
-	sub := make([]limit.Check, len(idx))
-	for j, i := range idx {
-		sub[j] = checks[i]
-	}
-	out, err := n.peers.forward(ctx, owner, sub, standin)
-	if err == nil && len(out) != len(sub) {
-		err = fmt.Errorf("peer: %s answered %d of %d checks", owner.Name, len(out), len(sub))
+	out, err := n.forwardItems(ctx, owner, checks, idx, standin)
+	if err == nil && len(out) != len(idx) {
+		err = fmt.Errorf("peer: %s answered %d of %d checks", owner.Name, len(out), len(idx))
 	}
 	// On a failed forward the client still returns what the owner answered
 	// (items it decided) next to the items that never got there (marked
@@ -441,7 +449,7 @@ func (n *Node) forward(ctx context.Context, owner ring.Member, checks []limit.Ch
 	var redirect []routed
 	for j, i := range idx {
 		switch {
-		case err != nil && (len(out) != len(sub) || out[j].Reason == limit.Unavailable):
+		case err != nil && (len(out) != len(idx) || out[j].Reason == limit.Unavailable):
 			failed = append(failed, i)
 		case out[j].Reason == limit.NotOwner:
 			redirect = append(redirect, routed{ring.Member{Name: out[j].Owner}, i})
@@ -478,6 +486,26 @@ func (n *Node) forward(ctx context.Context, owner ring.Member, checks []limit.Ch
 		return
 	}
 	n.fallback(ctx, owner, checks, failed, res, err)
+}
+
+// subPool holds forwardItems' copies of the checks bound for one owner.
+var subPool = sync.Pool{New: func() any { return new([]limit.Check) }}
+
+// forwardItems has owner decide the items idx of checks, sent in a
+// pooled copy: a Link keeps none of the checks once Forward has returned.
+func (n *Node) forwardItems(ctx context.Context, owner ring.Member, checks []limit.Check, idx []int, standin bool) ([]limit.Result, error) {
+	sp := subPool.Get().(*[]limit.Check)
+	sub := (*sp)[:0]
+	for _, i := range idx {
+		sub = append(sub, checks[i])
+	}
+	out, err := n.peers.forward(ctx, owner, sub, standin)
+	clear(sub)
+	if cap(sub) <= 4*transport.DefaultMaxBatch {
+		*sp = sub[:0]
+		subPool.Put(sp)
+	}
+	return out, err
 }
 
 // reroute routes items idx again on the current ring and handoff marks,

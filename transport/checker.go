@@ -125,12 +125,10 @@ func (e *MalformedError) Unwrap() error { return e.Err }
 //	an error carrying a gRPC status          that status's code
 //	anything else                            Internal
 func Code(err error) codes.Code {
-	var be *BatchError
-	var me *MalformedError
 	switch {
 	case err == nil:
-		return codes.OK
-	case errors.As(err, &be), errors.As(err, &me), errors.Is(err, ErrInvalidArgument):
+		return codes.OK // every answered call: it allocates nothing
+	case isInvalid(err):
 		return codes.InvalidArgument
 	case errors.Is(err, ErrOverloaded):
 		return codes.ResourceExhausted
@@ -147,6 +145,14 @@ func Code(err error) codes.Code {
 		return s.Code()
 	}
 	return codes.Internal
+}
+
+// isInvalid reports an error of the caller's request. Its targets escape
+// to errors.As, so they live here, where only failed calls pay for them.
+func isInvalid(err error) bool {
+	var be *BatchError
+	var me *MalformedError
+	return errors.As(err, &be) || errors.As(err, &me) || errors.Is(err, ErrInvalidArgument)
 }
 
 // HTTPStatus maps a gRPC code to the HTTP status of the JSON API.

@@ -76,11 +76,18 @@ func (c *codec) Unmarshal(data mem.BufferSlice, v any) error {
 	return m.Decode(buf.ReadOnlyData()) // copies what it keeps: buf is freed
 }
 
+// minPooled is the smallest encoding marshalSized takes from gRPC's buffer
+// pool. The standard codec pools from 1 KiB up; an answer of a few dozen
+// items is smaller, and a pooled buffer saves it two of its three
+// allocations (the bytes, and their boxing as a mem.Buffer) and gives the
+// bytes back once sent.
+const minPooled = 256
+
 // marshalSized encodes m into a buffer of its exact size, pooled when large
-// enough to be worth it (as the standard codec does).
+// enough to be worth it.
 func marshalSized(m Encoder) (mem.BufferSlice, error) {
 	size := m.Size()
-	if mem.IsBelowBufferPoolingThreshold(size) {
+	if size < minPooled {
 		b, err := m.AppendTo(make([]byte, 0, size))
 		if err != nil {
 			return nil, err

@@ -41,7 +41,7 @@ func (h *Batches) decideBatch(ctx context.Context, in *checkBatch, compact bool)
 	if in.err != nil {
 		return nil, in.err
 	}
-	return h.Decide(ctx, in.checks, compact)
+	return h.decide(ctx, in.checks, compact, in.out)
 }
 
 // Decide answers the items of in, in order, for a call that holds
@@ -53,6 +53,14 @@ func (h *Batches) decideBatch(ctx context.Context, in *checkBatch, compact bool)
 // With compact set (the Peers service), the owner of the first decided item
 // is named once for the batch instead of in each item it decided.
 func (h *Batches) Decide(ctx context.Context, in *wire.Checks, compact bool) (*ResultBatch, error) {
+	return h.decide(ctx, in, compact, nil)
+}
+
+// decide is Decide into out's memory (its Limits, and its Results when an
+// item failed), or into a new ResultBatch when out is nil. A stream reuses
+// its out from batch to batch: its answer is encoded before the next
+// batch is read.
+func (h *Batches) decide(ctx context.Context, in *wire.Checks, compact bool, out *ResultBatch) (*ResultBatch, error) {
 	n := in.Len()
 	if n > h.maxBatch {
 		return nil, &transport.BatchError{N: n, Max: h.maxBatch}
@@ -71,12 +79,18 @@ func (h *Batches) Decide(ctx context.Context, in *wire.Checks, compact bool) (*R
 			return nil, fmt.Errorf("transport: checker answered %d of %d checks", len(results), len(in.Checks))
 		}
 	}
-	out := &ResultBatch{Results: results, Limits: make([]int64, n)}
+	if out == nil {
+		out = new(ResultBatch)
+	}
+	out.Limits, out.Owner = resized(out.Limits, n), ""
 	if compact && len(results) > 0 {
 		out.Owner = results[0].Owner
 	}
 	if len(in.Failed) > 0 {
-		out.Results = make([]limit.Result, n)
+		out.failed = resized(out.failed, n)
+		out.Results = out.failed
+	} else {
+		out.Results = results
 	}
 	h.merge(in, results, out)
 	return out, nil
@@ -103,4 +117,13 @@ func (h *Batches) merge(in *wire.Checks, results []limit.Result, out *ResultBatc
 		next++
 	}
 	h.metrics.Add(&t)
+}
+
+// resized returns b with length n, reusing its array when it is large
+// enough (its contents are overwritten by the caller).
+func resized[T any](b []T, n int) []T {
+	if cap(b) < n {
+		return make([]T, n)
+	}
+	return b[:n]
 }

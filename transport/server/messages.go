@@ -28,9 +28,12 @@ type checkBatch struct {
 	// internal: a batch of the Peers service, which may hold what only
 	// nodes send each other (wire.Checks.Internal).
 	internal bool
-	held     int64   // units of bound taken for this call, given back by release
-	ticket   *ticket // the call's charge of a fair bound (fair.go), instead of held
-	own      ticket  // the ticket of a call the tap did not charge
+	// out, when set, is the memory the answer is built in (a stream's,
+	// reused from batch to batch); nil: a new one.
+	out    *ResultBatch
+	held   int64   // units of bound taken for this call, given back by release
+	ticket *ticket // the call's charge of a fair bound (fair.go), instead of held
+	own    ticket  // the ticket of a call the tap did not charge
 }
 
 // decode fills b from the wire. It never fails: a bad request is recorded
@@ -110,6 +113,15 @@ type ResultBatch struct {
 	Results []limit.Result
 	Limits  []int64
 	Owner   string
+
+	failed []limit.Result // the memory of Results when an item failed (Batches.decide)
+}
+
+// reset drops the strings of the answer for the collector, keeping its
+// memory for the next one.
+func (a *ResultBatch) reset() {
+	clear(a.failed)
+	a.Results, a.Owner = nil, ""
 }
 
 // Size is the length of the encoding (transport.Encoder).

@@ -152,9 +152,14 @@ func handleStream(streams *streamSet) grpc.StreamHandler {
 		if t == nil {
 			t = s.newBatch().bound.connTicket(ctx, new(ticket)) // nil unless the bound is fair
 		}
+		// One request and one answer per stream, reused batch after batch:
+		// SendMsg has encoded the answer when it returns, and the next
+		// batch is read only then.
+		in, answer := s.newBatch(), new(ResultBatch)
+		fresh := *in
 		for {
-			in := s.newBatch()
-			in.ticket = t
+			*in = fresh
+			in.ticket, in.out = t, answer
 			if err := ss.RecvMsg(in); err != nil {
 				in.release()
 				if errors.Is(err, io.EOF) || st.stopped() {
@@ -173,6 +178,7 @@ func handleStream(streams *streamSet) grpc.StreamHandler {
 				return err
 			}
 			err = ss.SendMsg(out)
+			answer.reset()
 			if !st.leave() || err != nil {
 				return err
 			}

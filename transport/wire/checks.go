@@ -101,6 +101,11 @@ type Checks struct {
 	// Request.Check). Set by the Peers server; a client's batch refuses
 	// them.
 	Internal bool
+
+	// DecodeChecks' memory for the keys (keys.go): their bytes and where
+	// each decoded check's key lies in them.
+	keyBytes []byte
+	keySpans []keySpan
 }
 
 // Failed is an item that did not convert (see Request.Check).
@@ -129,13 +134,16 @@ func (c *Checks) Reset() {
 	clear(c.Checks)
 	clear(c.Failed)
 	c.Checks, c.Failed = c.Checks[:0], c.Failed[:0]
+	c.resetKeys()
 }
 
 // DecodeChecks decodes a request into dst, replacing its contents, and
 // returns the number of items data holds (0 if its framing is malformed).
 // A request of more than maxItems items fails with ErrTooMany before anything
 // is allocated for them; any other error means data is not a valid
-// request. Strings are copied: dst does not retain data.
+// request. Strings are copied: dst does not retain data. The keys of a
+// batch share one allocation (keys.go), so a key kept past the batch keeps
+// the batch's keys in memory with it: clone a key kept for long.
 func DecodeChecks(data []byte, maxItems int, dst *Checks) (int, error) {
 	dst.Reset()
 	n, err := countItems(data)
@@ -147,7 +155,8 @@ func DecodeChecks(data []byte, maxItems int, dst *Checks) (int, error) {
 	case cap(dst.Checks) < n:
 		dst.Checks = make([]limit.Check, 0, n)
 	}
-	var d requestDecoder
+	d := requestDecoder{keys: dst.keyBytes}
+	defer dst.setKeys(&d)
 	for len(data) > 0 {
 		num, typ, k := consumeTag(data) // valid: countItems checked the framing
 		data = data[k:]
@@ -156,7 +165,10 @@ func DecodeChecks(data []byte, maxItems int, dst *Checks) (int, error) {
 			if err := d.item(v); err != nil {
 				return n, err
 			}
-			dst.Add(&d.req)
+			converted := len(dst.Checks)
+			if dst.Add(&d.req); len(dst.Checks) > converted {
+				dst.keySpans = append(dst.keySpans, d.key)
+			}
 			k = m
 		} else {
 			k = protowire.ConsumeFieldValue(num, typ, data)
@@ -192,14 +204,18 @@ func countItems(data []byte) (int, error) {
 	return n, nil
 }
 
-// requestDecoder reads one item at a time into req.
+// requestDecoder reads one item at a time into req. The item's key is not
+// in req.Key but appended to keys, at key (see keys.go).
 type requestDecoder struct {
 	req   Request
 	names stringCache // rule names repeat across a batch
+	keys  []byte      // the keys of the items read so far
+	key   keySpan     // where the current item's key is in keys
 }
 
 func (d *requestDecoder) item(b []byte) error {
 	d.req = Request{}
+	d.key = keySpan{}
 	var varints [numReqVarints]uint64
 	for len(b) > 0 {
 		num, typ, n := consumeTag(b)
@@ -217,8 +233,7 @@ func (d *requestDecoder) item(b []byte) error {
 			if num == reqName {
 				d.req.Name, err = d.names.str(v)
 			} else {
-				var keys stringCache // keys rarely repeat: no cache across items
-				d.req.Key, err = keys.str(v)
+				err = d.addKey(v)
 			}
 			if err != nil {
 				return err

@@ -221,7 +221,7 @@ func BenchmarkAppendChecks100(b *testing.B) {
 }
 
 // BenchmarkDecodeChecks100 is what a server spends decoding and converting
-// a 100-item request (the keys are copied: one allocation per item).
+// a 100-item request (the keys are copied into one string per batch).
 func BenchmarkDecodeChecks100(b *testing.B) {
 	data, _ := AppendChecks(nil, benchChecks(100), nil)
 	var c Checks
