@@ -5,11 +5,25 @@ package limit
 // key next (replication). Key is the node's table key; State is encoded by
 // the algorithm's package (Limiter.Export) and merged by it on arrival
 // (Limiter.Import).
+//
+// A KeyState whose Algorithm is LeaseBook is no table's: its State holds the
+// owner's records of the key's outstanding lease grants (package
+// peer/leasing encodes them), which travel with the key's state.
 type KeyState struct {
 	Algorithm Algorithm
 	Key       string
 	State     []byte
 }
+
+// LeaseBook is the Algorithm of a KeyState that carries a key's
+// outstanding lease grants rather than a table's state. It is no
+// algorithm a rule may name (Rule.Validate refuses it) and only nodes
+// send it.
+const LeaseBook Algorithm = 0x7F
+
+// Moved reports whether nodes move key states of a: the algorithms up to
+// MaxAlgorithm, and LeaseBook.
+func (a Algorithm) Moved() bool { return a <= MaxAlgorithm || a == LeaseBook }
 
 // Transfer says why key states are moved, for metrics and logs.
 type Transfer uint8

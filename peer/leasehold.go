@@ -257,12 +257,35 @@ func (lh *leaseHolder) giveBack(e *heldKey, g *heldGrant) {
 	if left == 0 {
 		return
 	}
+	// The grant's owner, while it is a member, else the key's owner now:
+	// the book's records travel with the key's state.
 	m := lh.n.member(g.owner)
 	if peerAddr(m) == "" {
-		return
+		m = lh.n.view.Load().snap.Owner(uniqueKeyOf(e.key))
 	}
-	// A release that fails leaves the hits spent: under-admission.
-	_, _ = lh.call(m, limit.LeaseRequest{Key: e.key, Rule: e.rule, Release: g.id, Leftover: left})
+	req := limit.LeaseRequest{Key: e.key, Rule: e.rule, Release: g.id, Leftover: left}
+	// A node that no longer decides the key names the one it takes for
+	// its owner: the release goes there, once. A release that fails
+	// leaves the hits spent: under-admission.
+	for range 2 {
+		var a limit.LeaseGrant
+		var err error
+		switch {
+		case m.Name == lh.n.cfg.Name: // the key moved here
+			req.From = m.Name
+			ctx, cancel := context.WithTimeout(context.Background(), leaseCallTimeout)
+			a, err = lh.n.mv.lease(ctx, req)
+			cancel()
+		case peerAddr(m) == "":
+			return
+		default:
+			a, err = lh.call(m, req)
+		}
+		if err != nil || a.NotOwner == "" || a.NotOwner == m.Name {
+			return
+		}
+		m = lh.n.member(a.NotOwner)
+	}
 }
 
 // wait waits for the lease calls in flight (Node.Run, before the links

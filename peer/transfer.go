@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/shardlimiter/shardlimiter/limit"
+	"github.com/shardlimiter/shardlimiter/peer/leasing"
 	"github.com/shardlimiter/shardlimiter/ring"
 	"github.com/shardlimiter/shardlimiter/transport"
 )
@@ -514,11 +515,22 @@ func (mv *mover) exportPartitions(parts []int) []limit.KeyState {
 		})
 		for _, key := range keys {
 			if st, ok := l.Export(key, now); ok {
+				out = mv.exportRecords(out, limit.Algorithm(a), key)
 				out = append(out, limit.KeyState{Algorithm: limit.Algorithm(a), Key: key, State: st})
 			}
 		}
 	}
 	return out
+}
+
+// exportRecords appends to ks the lease records of key, a key of table a,
+// when a's keys are leased and key has any: they travel with the key's
+// state, just before it.
+func (mv *mover) exportRecords(ks []limit.KeyState, a limit.Algorithm, key string) []limit.KeyState {
+	if !leasing.Leasable(limit.Rule{Algorithm: a}) {
+		return ks
+	}
+	return mv.leases.export(ks, key)
 }
 
 // importKeys merges keys into the tables; keys that do not decode are
@@ -534,8 +546,14 @@ func (mv *mover) importKeys(keys []limit.KeyState, why limit.Transfer) {
 		bad++
 	}
 	mark := why != limit.Replica
+	var books []int
 	for i := 0; i < len(keys); {
 		a := keys[i].Algorithm
+		if a == limit.LeaseBook {
+			books = append(books, i)
+			i++
+			continue
+		}
 		if int(a) >= len(mv.host.tables()) {
 			bad++
 			i++
@@ -555,6 +573,13 @@ func (mv *mover) importKeys(keys []limit.KeyState, why limit.Transfer) {
 			refuse(err)
 		}
 		i++
+	}
+	// The lease records once the states are merged: a release may find a
+	// record only where its grant's debit is.
+	for _, i := range books {
+		if err := mv.leases.importRecords(keys[i].Key, keys[i].State, now); err != nil {
+			refuse(err)
+		}
 	}
 	mv.m.transferReceived[why].Add(float64(len(keys) - bad))
 	if len(keys) > bad {
