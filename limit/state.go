@@ -25,6 +25,20 @@ const LeaseBook Algorithm = 0x7F
 // MaxAlgorithm, and LeaseBook.
 func (a Algorithm) Moved() bool { return a <= MaxAlgorithm || a == LeaseBook }
 
+// PullRequest asks a node to hand over partitions to the puller, whose
+// ring gives them to it (the State service's Pull).
+type PullRequest struct {
+	From string // the puller's node name (the link sets it)
+	// Members fingerprints the member list of the puller's ring; Names
+	// lists it (empty from an older puller).
+	Members uint64
+	Names   []string
+	// Addr and PeerAddr are the puller's own client and peer addresses,
+	// for a holder whose gossip has not heard of it yet.
+	Addr, PeerAddr string
+	Partitions     []int
+}
+
 // Transfer says why key states are moved, for metrics and logs.
 type Transfer uint8
 

@@ -157,8 +157,8 @@ func (n *Node) Push(ctx context.Context, from string, why limit.Transfer, partit
 }
 
 // Pull hands partitions over to the node from (transfer.go, mover.pull).
-func (n *Node) Pull(ctx context.Context, from string, members uint64, partitions []int) ([]limit.KeyState, error) {
-	return n.mv.pull(ctx, from, members, partitions)
+func (n *Node) Pull(ctx context.Context, r limit.PullRequest) ([]limit.KeyState, error) {
+	return n.mv.pull(ctx, r)
 }
 
 // Restore merges this node's snapshot from Config.StateDir into its tables
