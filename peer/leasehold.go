@@ -45,6 +45,10 @@ const (
 	maxHeldKeys = 4096
 	// heldIdle is how long a tracked key without a lease is kept.
 	heldIdle = 5 * time.Second
+	// releaseHops bounds the calls of one release that follow NotOwner
+	// answers, and releaseBounce is the pause before asking a node again.
+	releaseHops   = 4
+	releaseBounce = 50 * time.Millisecond
 )
 
 // leaseHolder is the leases this node holds, and the demand of the keys it
@@ -265,9 +269,14 @@ func (lh *leaseHolder) giveBack(e *heldKey, g *heldGrant) {
 	}
 	req := limit.LeaseRequest{Key: e.key, Rule: e.rule, Release: g.id, Leftover: left}
 	// A node that no longer decides the key names the one it takes for
-	// its owner: the release goes there, once. A release that fails
-	// leaves the hits spent: under-admission.
-	for range 2 {
+	// its owner, and the release goes there. Two nodes may each name the
+	// other for a moment (the old owner has handed the key over, the new
+	// one's ring does not give it the key yet): the release then asks
+	// again after releaseBounce, at most releaseHops calls in all. Only an
+	// answer that credited nothing (NotOwner) is followed; a release that
+	// fails leaves the hits spent: under-admission.
+	asked := map[string]bool{}
+	for range releaseHops {
 		var a limit.LeaseGrant
 		var err error
 		switch {
@@ -281,10 +290,13 @@ func (lh *leaseHolder) giveBack(e *heldKey, g *heldGrant) {
 		default:
 			a, err = lh.call(m, req)
 		}
-		if err != nil || a.NotOwner == "" || a.NotOwner == m.Name {
+		if err != nil || a.NotOwner == "" {
 			return
 		}
-		m = lh.n.member(a.NotOwner)
+		asked[m.Name] = true
+		if m = lh.n.member(a.NotOwner); asked[m.Name] {
+			time.Sleep(releaseBounce)
+		}
 	}
 }
 
