@@ -54,6 +54,11 @@ const (
 	// leaseMinTTL is the shortest grant made: a window that ends sooner
 	// is decided by its owner until the next one starts.
 	leaseMinTTL = leaseTTL / 2
+	// leaseHold is how long a node grants nothing of a partition whose
+	// pull it answered without handing it over (its gossip had not heard
+	// of the puller): the news of the join arrives within a gossip round
+	// or two, and the rebuild then settles the partition.
+	leaseHold = 5 * time.Second
 	// leaseMaxRecords bounds the grants a node's book holds: past it, no
 	// grant is made until some end.
 	leaseMaxRecords = 1 << 16
@@ -365,7 +370,8 @@ func (mv *mover) lease(ctx context.Context, r limit.LeaseRequest) (limit.LeaseGr
 	if r.Release != 0 {
 		g.Credited = mv.release(r, now)
 	}
-	if r.Want > 0 && mv.cfg.Leases && !mv.host.leaving() && (r.Client || v.snap.IndexOf(r.From) >= 0 && r.From != mv.cfg.Name) {
+	if r.Want > 0 && mv.cfg.Leases && !mv.host.leaving() && (r.Client || v.snap.IndexOf(r.From) >= 0 && r.From != mv.cfg.Name) &&
+		!mv.grantsHeld(v.snap.PartitionOf(uk), now) {
 		g = mv.grantLocked(r, now, g)
 	}
 	ho.deciding.RUnlock()
@@ -382,6 +388,14 @@ func (mv *mover) lease(ctx context.Context, r limit.LeaseRequest) (limit.LeaseGr
 	}
 	mv.m.leaseGranted.Inc()
 	return g, nil
+}
+
+// grantsHeld reports whether grants of partition p are refused at now: a
+// pull of p was answered without marking it moved (holdGrants).
+func (mv *mover) grantsHeld(p int, now int64) bool {
+	mv.noGrantsMu.Lock()
+	defer mv.noGrantsMu.Unlock()
+	return now < mv.noGrants[p]
 }
 
 // waitIncoming waits, at most leaseCallTimeout or until ctx ends, for the

@@ -62,6 +62,10 @@ type mover struct {
 	// leases is the book of the grants this node made (lease.go). Their
 	// debits are in the keys' states, which the jobs above move.
 	leases *leaseBook
+	// noGrants holds, per partition, until when nothing of it is granted
+	// (holdGrants); guarded by noGrantsMu.
+	noGrantsMu sync.Mutex
+	noGrants   map[int]int64
 }
 
 // moverHost is what the state mover needs of its node. The node's

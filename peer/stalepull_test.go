@@ -106,7 +106,8 @@ func TestPullMarksOnlyWhatThePullerOwns(t *testing.T) {
 // both here and on the joiner until then (1-3 hits over in about one
 // join-only churn run of ten). A puller behind this node (it lacks a
 // member this node knows), names that do not match their fingerprint, and
-// a partition the joiner's ring does not give it are not marked.
+// a partition the joiner's ring does not give it are not marked, nor is
+// one whose puller, asked just before the mark, has begun to leave.
 func TestPullMarksForAPullerAheadByItsJoin(t *testing.T) {
 	t.Parallel()
 	a0 := ring.Member{Name: "a", Addr: "127.0.0.1:1", PeerAddr: "127.0.0.1:11"}
@@ -117,8 +118,18 @@ func TestPullMarksForAPullerAheadByItsJoin(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// b, as a asks it before the mark: its ring of a, b and c.
+	net := NewMemNet()
+	bn, err := New(Config{Name: "b", Gossip: fixedGossip{members: []ring.Member{a0, b, c}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := bn.rebuild([]ring.Member{a0, b, c}); err != nil {
+		t.Fatal(err)
+	}
+	net.Add(b.PeerAddr, bn)
 	newA := func(known ...ring.Member) (*Node, int, int) {
-		n, err := New(Config{Name: "a", Gossip: fixedGossip{members: known}})
+		n, err := New(Config{Name: "a", Gossip: fixedGossip{members: known}, Peers: net})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -182,5 +193,17 @@ func TestPullMarksForAPullerAheadByItsJoin(t *testing.T) {
 	pull(n, abc, fp, moving)
 	if k := n.ho.kind(moving); k != partNormal {
 		t.Errorf("a pull by b, behind a (no d), left the partition %s, want normal", partKindNames[k])
+	}
+
+	// b began to leave after its pull: a asks it before the mark, and
+	// keeps the partition (and grants nothing of it for a while).
+	bn.leaving.Store(true)
+	n, moving, _ = newA(a0, c)
+	pull(n, abc, fp, moving)
+	if k := n.ho.kind(moving); k != partNormal {
+		t.Errorf("a pull by b, leaving by the time of the answer, left the partition %s, want normal", partKindNames[k])
+	}
+	if !n.mv.grantsHeld(moving, n.cfg.Now().UnixNano()) {
+		t.Error("a partition whose pull was answered unmarked is leased meanwhile")
 	}
 }

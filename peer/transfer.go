@@ -690,10 +690,18 @@ func (mv *mover) markPulled(ctx context.Context, r limit.PullRequest) {
 	agreed := mv.membersAgree(ctx, r.Members)
 	to := mv.host.member(r.From)
 	if agreed == nil {
-		agreed = mv.aheadByItsJoin(r)
 		to = ring.Member{Name: r.From, Addr: r.Addr, PeerAddr: r.PeerAddr}
+		if agreed = mv.aheadByItsJoin(r); agreed != nil && !mv.pullerStays(ctx, to, r.Members) {
+			agreed = nil
+		}
 	}
 	if agreed == nil {
+		// This node goes on deciding the partitions, and the puller may
+		// decide them too from the keys it takes, until this node hears
+		// of it: no lease is granted from them meanwhile (a grant's debit
+		// taken here would be lost at the merge, a lease's worth of hits
+		// instead of the few checks of the race).
+		mv.holdGrants(r.Partitions)
 		return
 	}
 	theirs := mv.ringOf(mv.host.ringView(), agreed)
@@ -774,6 +782,40 @@ func (mv *mover) aheadByItsJoin(r limit.PullRequest) []ring.Member {
 		out = append(out, m)
 	}
 	return append(out, ring.Member{Name: r.From, Addr: r.Addr, PeerAddr: r.PeerAddr})
+}
+
+// pullerStays asks the puller, ahead by its join, for its ring just before
+// the mark: it must not be leaving, and its member list must still be the
+// one its pull carried. A joiner that leaves again within memberWait (a
+// join, then a leave 600 ms later, in loadtest's churn tests) would
+// otherwise be marked for after its own leave's push came back, and this
+// node would forward the partitions' checks to a node that no longer
+// decides them.
+func (mv *mover) pullerStays(ctx context.Context, to ring.Member, members uint64) bool {
+	l, err := mv.host.link(to)
+	if err != nil {
+		return false
+	}
+	info, err := l.Ring(ctx)
+	return err == nil && !info.Leaving && info.Members == members
+}
+
+// holdGrants refuses grants of keys of parts for leaseHold (see lease).
+func (mv *mover) holdGrants(parts []int) {
+	now := mv.cfg.Now().UnixNano()
+	mv.noGrantsMu.Lock()
+	defer mv.noGrantsMu.Unlock()
+	if mv.noGrants == nil {
+		mv.noGrants = map[int]int64{}
+	}
+	for p, until := range mv.noGrants {
+		if until <= now {
+			delete(mv.noGrants, p)
+		}
+	}
+	for _, p := range parts {
+		mv.noGrants[p] = now + int64(leaseHold)
+	}
 }
 
 // membersAgree returns this node's gossip membership once it has the
