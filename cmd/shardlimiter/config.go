@@ -106,7 +106,7 @@ func newFlagSet(name string, out io.Writer) (*flag.FlagSet, map[string]*string) 
 	def("shutdown-grace", "5s", "on SIGTERM: how long to keep answering after leaving the cluster, while peers re-route")
 	def("peer-timeout", "1s", "deadline of one forwarding RPC to a peer")
 	def("replication-interval", "100ms", "how often changed keys are sent to the node that would own them next, so a crash loses at most this much of each key's hits; 0 turns replication off")
-	def("lease-threshold", "100", "with leases on: the rate, in checks per second this node forwards for one key, above which it asks the key's owner for a lease and decides the key's checks itself")
+	def("lease-threshold", "100", "with --leases: the rate, in checks per second this node forwards for one key, above which it asks the key's owner for a lease and decides the key's checks itself")
 	def("handoff-timeout", "5s", "on SIGTERM: how long to wait for the new owners to take this node's keys before exiting anyway")
 	def("state-dir", "", "directory of this node's snapshot file (named after --node-name, so nodes may share it): key states are written there every --snapshot-interval and at stop, and merged back at start, so counts survive a stop of every node; empty = memory only")
 	def("snapshot-name", "", "with --state-dir: the name of this node's snapshot file; give the processes that replace each other on one host the same name (in Kubernetes, the node's name) so that each finds its predecessor's file; default: --node-name")
@@ -138,14 +138,11 @@ func defineBools(fs *flag.FlagSet, raw map[string]*string) {
 		"rls-headers":                        "Envoy rate-limit service: add rate-limit response headers for the descriptor closest to its limit (format: --rls-headers-format)",
 		"rls-stop-increment-when-over-limit": "Envoy rate-limit service: count only the hits a descriptor admits (envoyproxy/ratelimit's STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT); by default every hit counts, past the limit",
 		"rls-dynamic-metadata":               "Envoy rate-limit service: return envoyproxy/ratelimit's dynamic metadata (domain, descriptors, hitsAddend, the metadata of the rules that passed), as its RESPONSE_DYNAMIC_METADATA",
-		"leases":                             "lease hot keys (docs/ARCHITECTURE.md, Leases): grant shares of the keys this node owns to the nodes that ask, each debited from the key, and ask for them for the TOKEN_BUCKET, FIXED_WINDOW and SLIDING_WINDOW keys this node forwards above --lease-threshold, deciding their checks here (a rules file's lease: false opts a limit out); exact; on by default, --leases=false turns them off",
+		"leases":                             "lease hot keys (docs/ARCHITECTURE.md, Leases): grant shares of the keys this node owns to the nodes that ask, each debited from the key, and ask for them for the TOKEN_BUCKET, FIXED_WINDOW and SLIDING_WINDOW keys this node forwards above --lease-threshold, deciding their checks here (a rules file's lease: false opts a limit out); exact, off by default",
 		"client-leases":                      "let any client process hold leases of hot keys (shardlimiter.v1.Leases; docs/ARCHITECTURE.md, Leases), UNAUTHENTICATED, for development; with --tls-client-ca-file clients holding a verified certificate may without it; grants need --leases",
 		"pprof":                              "serve Go profiles at /debug/pprof/ on the HTTP address, for operators profiling a node",
 	} {
 		b := boolString("false")
-		if name == "leases" {
-			b = "true" // on by default: --leases=false turns them off
-		}
 		raw[name] = (*string)(&b)
 		fs.Var(&b, name, usage+" (env "+envName(name)+")")
 	}
