@@ -329,15 +329,30 @@ func (lh *leaseHolder) call(d *dest, r limit.LeaseRequest) (limit.LeaseGrant, er
 }
 
 // giveBack takes what is left of e's lease out of use and releases it to
-// the node that granted g, e's last grant. A release that fails leaves the
-// hits spent: under-admission, never over-admission.
+// the node that granted g, e's last grant, or, when the key has moved (the
+// node answers NotOwner, or has left the ring), to the key's owner now:
+// the owner's records of the grants travel with the key's state. A
+// release that fails leaves the hits spent: under-admission, never
+// over-admission (a failed call is not sent again elsewhere: it may have
+// been credited).
 func (lh *leaseHolder) giveBack(e *heldKey, g *heldGrant) {
 	left := e.tokens.Swap(0)
 	if left == 0 {
 		return
 	}
-	_, err := lh.call(g.to, limit.LeaseRequest{From: lh.instance, Key: tableKey(e.id), Rule: e.rule, Release: g.id, Leftover: left})
-	if err == nil {
+	req := limit.LeaseRequest{From: lh.instance, Key: tableKey(e.id), Rule: e.rule, Release: g.id, Leftover: left}
+	to := g.to
+	r := lh.c.routes.Load()
+	if r != nil && r.snap.IndexOf(g.owner) < 0 { // the grantor is gone
+		to = r.dests[r.snap.OwnerIndex(e.id.key)]
+	}
+	a, err := lh.call(to, req)
+	if err == nil && a.NotOwner != "" && r != nil {
+		if j := r.snap.IndexOf(a.NotOwner); j >= 0 && r.dests[j] != to {
+			a, err = lh.call(r.dests[j], req)
+		}
+	}
+	if err == nil && a.NotOwner == "" {
 		lh.released.Add(1)
 	}
 }

@@ -29,6 +29,7 @@ type fakeGranter struct {
 	deny     time.Duration
 	budget   atomic.Int64
 	calls    atomic.Int64
+	movedTo  atomic.Value // string: from now on, answer NotOwner naming it (the key moved)
 
 	mu       sync.Mutex
 	from     map[string]bool
@@ -40,6 +41,9 @@ func (g *fakeGranter) Lease(_ context.Context, r limit.LeaseRequest) (limit.Leas
 	g.calls.Add(1)
 	if g.notOwner != "" {
 		return limit.LeaseGrant{NotOwner: g.notOwner}, nil
+	}
+	if to, _ := g.movedTo.Load().(string); to != "" {
+		return limit.LeaseGrant{NotOwner: to}, nil
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -252,6 +256,32 @@ func TestLeaseNotOwnerReroutes(t *testing.T) {
 	}
 	if svcs[owner].Counts().NotOwner == 0 || svcs[other].Counts().Granted == 0 {
 		t.Errorf("counts: ring owner %+v, named owner %+v; want not_owner then granted", svcs[owner].Counts(), svcs[other].Counts())
+	}
+}
+
+// TestLeaseReleaseFollowsTheKey: the key moves while the client holds a
+// lease of it (its grantor answers NotOwner from then on, naming the new
+// owner, which holds the grant's record with the key's state): what the
+// client did not spend is released to the new owner, not dropped.
+func TestLeaseReleaseFollowsTheKey(t *testing.T) {
+	t.Parallel()
+	fc, gs, _ := leaseCluster(t, 3, lease.Anyone, nil)
+	c := newClient(t, Config{Targets: fc.addrs()[:1], Leases: true, LeaseThreshold: 1})
+	waitRing(t, c, 3)
+	chk := leaseCheck("account:9", 1_000_000)
+	owner := fc.ring(t).OwnerIndex(chk.Key)
+	next := (owner + 1) % 3
+	gs[owner].budget.Store(1_000_000)
+	poll.Until(t, 10*time.Second, func() bool {
+		_, _ = c.Check(testCtx(t), chk)
+		return c.LeaseStats().Held > 0
+	}, "a lease of the owner")
+	gs[owner].movedTo.Store(gs[next].name)
+	poll.Until(t, 5*time.Second, func() bool { return c.LeaseStats().Held == 0 }, "the lease ends")
+	poll.Until(t, 5*time.Second, func() bool { return gs[next].releasedHits() > 0 && c.LeaseStats().Released > 0 },
+		"the leftover released to the key's new owner")
+	if got := gs[owner].releasedHits(); got != 0 {
+		t.Errorf("%d hits released to the old owner, which no longer decides the key", got)
 	}
 }
 

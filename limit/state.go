@@ -5,10 +5,38 @@ package limit
 // key next (replication). Key is the node's table key; State is encoded by
 // the algorithm's package (Limiter.Export) and merged by it on arrival
 // (Limiter.Import).
+//
+// A KeyState whose Algorithm is LeaseBook is no table's: its State holds the
+// owner's records of the key's outstanding lease grants (package
+// peer/leasing encodes them), which travel with the key's state.
 type KeyState struct {
 	Algorithm Algorithm
 	Key       string
 	State     []byte
+}
+
+// LeaseBook is the Algorithm of a KeyState that carries a key's
+// outstanding lease grants rather than a table's state. It is no
+// algorithm a rule may name (Rule.Validate refuses it) and only nodes
+// send it.
+const LeaseBook Algorithm = 0x7F
+
+// Moved reports whether nodes move key states of a: the algorithms up to
+// MaxAlgorithm, and LeaseBook.
+func (a Algorithm) Moved() bool { return a <= MaxAlgorithm || a == LeaseBook }
+
+// PullRequest asks a node to hand over partitions to the puller, whose
+// ring gives them to it (the State service's Pull).
+type PullRequest struct {
+	From string // the puller's node name (the link sets it)
+	// Members fingerprints the member list of the puller's ring; Names
+	// lists it (empty from an older puller).
+	Members uint64
+	Names   []string
+	// Addr and PeerAddr are the puller's own client and peer addresses,
+	// for a holder whose gossip has not heard of it yet.
+	Addr, PeerAddr string
+	Partitions     []int
 }
 
 // Transfer says why key states are moved, for metrics and logs.

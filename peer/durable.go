@@ -162,6 +162,12 @@ func (mv *mover) restore() error {
 	var loaded, bad int
 	var first error
 	info, err := snapshot.Load(d.dir, d.name, func(ks limit.KeyState) error {
+		if ks.Algorithm == limit.LeaseBook { // written after the states
+			if err := mv.leases.importRecords(ks.Key, ks.State, now); err != nil && first == nil {
+				first = err
+			}
+			return nil
+		}
 		if int(ks.Algorithm) >= len(mv.host.tables()) {
 			bad++
 			return nil
@@ -289,7 +295,8 @@ func (mv *mover) snapshotNow() (keys int, took time.Duration, err error) {
 				return werr
 			}
 		}
-		return nil
+		// The lease records after the states they were debited from.
+		return mv.leases.exportAll(w.Write)
 	})
 	took = max(time.Since(start), 1)
 	if err != nil {

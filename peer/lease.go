@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/shardlimiter/shardlimiter/limit"
@@ -28,9 +29,14 @@ import (
 //   - a release credits back what the lessee took out of use (its
 //     leftover, which it never spends afterwards), at most the hits of the
 //     lessee's grants of the key in this node's book, and removes those
-//     records in the same step: no hit is credited twice. A release that
-//     finds no record is dropped, and the hits stay spent (under-admission
-//     of at most one lease, never over-admission).
+//     records in the same step: no hit is credited twice;
+//   - the book's records of a key travel with its state (a KeyState of
+//     limit.LeaseBook beside the table's, in handoff, replication and
+//     snapshots), so a release that reaches the key's new owner finds
+//     them there; a node that no longer decides the key answers NotOwner
+//     and the lessee releases to the owner it names. A release that finds
+//     no record is dropped, and the hits stay spent (under-admission of at
+//     most one lease, never over-admission).
 //
 // The lessee's side is leasehold.go.
 
@@ -48,6 +54,11 @@ const (
 	// leaseMinTTL is the shortest grant made: a window that ends sooner
 	// is decided by its owner until the next one starts.
 	leaseMinTTL = leaseTTL / 2
+	// leaseHold is how long a node grants nothing of a partition whose
+	// pull it answered without handing it over (its gossip had not heard
+	// of the puller): the news of the join arrives within a gossip round
+	// or two, and the rebuild then settles the partition.
+	leaseHold = 5 * time.Second
 	// leaseMaxRecords bounds the grants a node's book holds: past it, no
 	// grant is made until some end.
 	leaseMaxRecords = 1 << 16
@@ -73,26 +84,30 @@ func (mv *mover) isLessee(lessee string) bool {
 	return strings.HasPrefix(lessee, clientLessee) || mv.isMember(lessee)
 }
 
-// leaseRecord is one grant of this node's, outstanding.
+// leaseRecord is one grant outstanding: this node's, or another's that
+// came with the key's state (imported).
 type leaseRecord struct {
 	key, lessee string
 	rule        limit.Rule
 	hits        int64
-	expires     int64 // Unix ns, by this node's clock
+	expires     int64 // Unix ns
 	end         int64 // the end of the grant's window (Unix ns); 0 for none
+	imported    bool  // granted by another node; not in held
 }
 
-// leaseBook holds the grants this node made and that have not ended.
-// Records stay on the node that made them: they are what a release is
-// credited against, and nothing else needs them (the debit is in the
-// key's state). All methods are safe for concurrent use.
+// leaseBook holds the outstanding grants of the keys this node decides:
+// those it made and those that came with a key's state. They are what a
+// release is credited against; they travel with the key's state
+// (export, importRecords) so that a release finds them at whichever node
+// decides the key. All methods are safe for concurrent use.
 type leaseBook struct {
 	mu        sync.Mutex
 	next      uint64                         // the last id given; guarded by mu
 	recs      map[uint64]*leaseRecord        // guarded by mu
-	lessees   map[string]map[string][]uint64 // key → lessee → its grants; guarded by mu
-	held      int64                          // hits of recs; guarded by mu
+	lessees   map[string]map[string][]uint64 // key → lessee → its grants, in the order they came; guarded by mu
+	held      int64                          // hits of this node's own recs; guarded by mu
 	lastPrune int64                          // guarded by mu
+	n         atomic.Int64                   // len(recs), read without mu
 }
 
 func newLeaseBook() *leaseBook {
@@ -103,27 +118,38 @@ func newLeaseBook() *leaseBook {
 func (b *leaseBook) add(rec *leaseRecord) uint64 {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.next++
-	if b.next == 0 {
+	for {
 		b.next++
+		if b.next != 0 && b.recs[b.next] == nil { // not one that came from another node
+			break
+		}
 	}
-	b.recs[b.next] = rec
-	b.held += rec.hits
+	b.insertLocked(b.next, rec)
+	return b.next
+}
+
+func (b *leaseBook) insertLocked(id uint64, rec *leaseRecord) {
+	b.recs[id] = rec
+	b.n.Store(int64(len(b.recs)))
+	if !rec.imported {
+		b.held += rec.hits
+	}
 	m := b.lessees[rec.key]
 	if m == nil {
 		m = map[string][]uint64{}
 		b.lessees[rec.key] = m
 	}
-	m[rec.lessee] = append(m[rec.lessee], b.next)
-	return b.next
+	m[rec.lessee] = append(m[rec.lessee], id)
 }
 
-// take removes every grant of lessee on key up to id (ids grow), provided
-// id is one of them, and returns id's rule and the hits of those whose
-// window, if any, has not ended at now (leasing.Creditable). A
-// lessee pools the hits of its grants of a key, so what it gives back may
-// come from any of them; a later grant, which may be on its way to the
-// lessee, is kept for the lessee's next release.
+// take removes every grant of lessee on key that came to the book up to
+// id, id included, provided id is one of them, and returns id's rule and
+// the hits of those whose window, if any, has not ended at now
+// (leasing.Creditable). A lessee pools the hits of its grants of a key,
+// so what it gives back may come from any of them; a later grant, which
+// may be on its way to the lessee, is kept for the lessee's next release.
+// Grants that came with the key's state came before any this node made
+// since (it decides the key only once they are here).
 func (b *leaseBook) take(id uint64, lessee, key string, now int64) (r limit.Rule, hits int64, ok bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -132,14 +158,84 @@ func (b *leaseBook) take(id uint64, lessee, key string, now int64) (r limit.Rule
 		return r, 0, false
 	}
 	for _, x := range slices.Clone(b.lessees[key][lessee]) { // removeLocked edits the list
-		if x <= id {
-			if leasing.Creditable(b.recs[x].end, now) {
-				hits += b.recs[x].hits
-			}
-			b.removeLocked(x, b.recs[x])
+		if leasing.Creditable(b.recs[x].end, now) {
+			hits += b.recs[x].hits
+		}
+		b.removeLocked(x, b.recs[x])
+		if x == id {
+			break
 		}
 	}
 	return rec.rule, hits, true
+}
+
+// export appends to ks the records of key, as a KeyState of
+// limit.LeaseBook, when it has any.
+func (b *leaseBook) export(ks []limit.KeyState, key string) []limit.KeyState {
+	if b.n.Load() == 0 {
+		return ks
+	}
+	b.mu.Lock()
+	var recs []leasing.Record
+	for lessee, ids := range b.lessees[key] {
+		for _, id := range ids {
+			rec := b.recs[id]
+			recs = append(recs, leasing.Record{ID: id, Lessee: lessee, Rule: rec.rule, Hits: rec.hits, Expires: rec.expires, End: rec.end})
+		}
+	}
+	b.mu.Unlock()
+	if len(recs) == 0 {
+		return ks
+	}
+	if len(recs) > leasing.MaxRecords {
+		recs = recs[:leasing.MaxRecords] // a record left behind under-admits, never over
+	}
+	return append(ks, limit.KeyState{Algorithm: limit.LeaseBook, Key: key, State: leasing.AppendRecords(nil, recs)})
+}
+
+// exportAll calls fn with the records of every key, as export encodes
+// them (a snapshot).
+func (b *leaseBook) exportAll(fn func(limit.KeyState) error) error {
+	if b.n.Load() == 0 {
+		return nil
+	}
+	b.mu.Lock()
+	keys := make([]string, 0, len(b.lessees))
+	for k := range b.lessees {
+		keys = append(keys, k)
+	}
+	b.mu.Unlock()
+	for _, k := range keys {
+		for _, ks := range b.export(nil, k) {
+			if err := fn(ks); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// importRecords adds the records of key that came with its state, but
+// those that have expired at now, those already in the book and those
+// past its bound. It is called once the key's state is merged: a
+// release may find a record only where the grant's debit is.
+func (b *leaseBook) importRecords(key string, state []byte, now int64) error {
+	recs, err := leasing.DecodeRecords(state)
+	if err != nil {
+		return err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, r := range recs {
+		// An id the book holds is the same grant come again (a replica,
+		// then the handoff), or another node's with the same number: the
+		// book keeps its own, and a release of the other under-admits.
+		if r.Expires <= now || b.recs[r.ID] != nil || len(b.recs) >= leaseMaxRecords {
+			continue
+		}
+		b.insertLocked(r.ID, &leaseRecord{key: key, lessee: r.Lessee, rule: r.Rule, hits: r.Hits, expires: r.Expires, end: r.End, imported: true})
+	}
+	return nil
 }
 
 // takeOne removes the grant id of lessee on key alone, and returns its
@@ -157,7 +253,10 @@ func (b *leaseBook) takeOne(id uint64, lessee, key string) (r limit.Rule, hits, 
 
 func (b *leaseBook) removeLocked(id uint64, rec *leaseRecord) {
 	delete(b.recs, id)
-	b.held -= rec.hits
+	b.n.Store(int64(len(b.recs)))
+	if !rec.imported {
+		b.held -= rec.hits
+	}
 	m := b.lessees[rec.key]
 	ids := m[rec.lessee]
 	for i, x := range ids {
@@ -245,6 +344,11 @@ func (mv *mover) lease(ctx context.Context, r limit.LeaseRequest) (limit.LeaseGr
 	}
 	uk := uniqueKeyOf(r.Key)
 	ho := mv.host.marks()
+	if r.Release != 0 {
+		// A release waits for the key's state when it is on its way here:
+		// the lessee's records come with it.
+		mv.waitIncoming(ctx, uk)
+	}
 	ho.deciding.RLock()
 	v := mv.host.ringView()
 	if owner := mv.host.decider(v, uk); owner != "" {
@@ -261,11 +365,13 @@ func (mv *mover) lease(ctx context.Context, r limit.LeaseRequest) (limit.LeaseGr
 		return limit.LeaseGrant{}, nil
 	}
 	now := mv.cfg.Now().UnixNano()
+	mv.changed() // a debit or a credit: the next snapshot is written
 	var g limit.LeaseGrant
 	if r.Release != 0 {
 		g.Credited = mv.release(r, now)
 	}
-	if r.Want > 0 && mv.cfg.Leases && !mv.host.leaving() && (r.Client || v.snap.IndexOf(r.From) >= 0 && r.From != mv.cfg.Name) {
+	if r.Want > 0 && mv.cfg.Leases && !mv.host.leaving() && (r.Client || v.snap.IndexOf(r.From) >= 0 && r.From != mv.cfg.Name) &&
+		!mv.grantsHeld(v.snap.PartitionOf(uk), now) {
 		g = mv.grantLocked(r, now, g)
 	}
 	ho.deciding.RUnlock()
@@ -282,6 +388,34 @@ func (mv *mover) lease(ctx context.Context, r limit.LeaseRequest) (limit.LeaseGr
 	}
 	mv.m.leaseGranted.Inc()
 	return g, nil
+}
+
+// grantsHeld reports whether grants of partition p are refused at now: a
+// pull of p was answered without marking it moved (holdGrants).
+func (mv *mover) grantsHeld(p int, now int64) bool {
+	mv.noGrantsMu.Lock()
+	defer mv.noGrantsMu.Unlock()
+	return now < mv.noGrants[p]
+}
+
+// waitIncoming waits, at most leaseCallTimeout or until ctx ends, for the
+// state of uk's partition when it is on its way here.
+func (mv *mover) waitIncoming(ctx context.Context, uk string) {
+	chans := mv.host.marks().waitFor([]int{mv.host.ringView().snap.PartitionOf(uk)})
+	if len(chans) == 0 {
+		return
+	}
+	t := time.NewTimer(leaseCallTimeout)
+	defer t.Stop()
+	for _, ch := range chans {
+		select {
+		case <-ch:
+		case <-t.C:
+			return
+		case <-ctx.Done():
+			return
+		}
+	}
 }
 
 // release credits back what the lessee left of its grant r.Release. Under
@@ -362,5 +496,6 @@ func (mv *mover) replicateGrant(ctx context.Context, v *view, alg limit.Algorith
 	}
 	ctx, cancel := context.WithTimeout(ctx, leaseReplicaTimeout)
 	defer cancel()
-	return l.Push(ctx, limit.Replica, nil, []limit.KeyState{{Algorithm: alg, Key: key, State: st}})
+	ks := mv.exportRecords(nil, alg, key) // the grant's record, with its debit
+	return l.Push(ctx, limit.Replica, nil, append(ks, limit.KeyState{Algorithm: alg, Key: key, State: st}))
 }

@@ -45,6 +45,10 @@ const (
 	maxHeldKeys = 4096
 	// heldIdle is how long a tracked key without a lease is kept.
 	heldIdle = 5 * time.Second
+	// releaseHops bounds the calls of one release that follow NotOwner
+	// answers, and releaseBounce is the pause before asking a node again.
+	releaseHops   = 4
+	releaseBounce = 50 * time.Millisecond
 )
 
 // leaseHolder is the leases this node holds, and the demand of the keys it
@@ -257,12 +261,43 @@ func (lh *leaseHolder) giveBack(e *heldKey, g *heldGrant) {
 	if left == 0 {
 		return
 	}
+	// The grant's owner, while it is a member, else the key's owner now:
+	// the book's records travel with the key's state.
 	m := lh.n.member(g.owner)
 	if peerAddr(m) == "" {
-		return
+		m = lh.n.view.Load().snap.Owner(uniqueKeyOf(e.key))
 	}
-	// A release that fails leaves the hits spent: under-admission.
-	_, _ = lh.call(m, limit.LeaseRequest{Key: e.key, Rule: e.rule, Release: g.id, Leftover: left})
+	req := limit.LeaseRequest{Key: e.key, Rule: e.rule, Release: g.id, Leftover: left}
+	// A node that no longer decides the key names the one it takes for
+	// its owner, and the release goes there. Two nodes may each name the
+	// other for a moment (the old owner has handed the key over, the new
+	// one's ring does not give it the key yet): the release then asks
+	// again after releaseBounce, at most releaseHops calls in all. Only an
+	// answer that credited nothing (NotOwner) is followed; a release that
+	// fails leaves the hits spent: under-admission.
+	asked := map[string]bool{}
+	for range releaseHops {
+		var a limit.LeaseGrant
+		var err error
+		switch {
+		case m.Name == lh.n.cfg.Name: // the key moved here
+			req.From = m.Name
+			ctx, cancel := context.WithTimeout(context.Background(), leaseCallTimeout)
+			a, err = lh.n.mv.lease(ctx, req)
+			cancel()
+		case peerAddr(m) == "":
+			return
+		default:
+			a, err = lh.call(m, req)
+		}
+		if err != nil || a.NotOwner == "" {
+			return
+		}
+		asked[m.Name] = true
+		if m = lh.n.member(a.NotOwner); asked[m.Name] {
+			time.Sleep(releaseBounce)
+		}
+	}
 }
 
 // wait waits for the lease calls in flight (Node.Run, before the links

@@ -43,9 +43,9 @@ type Link interface {
 	// Push merges keys into the other node's tables; for a handoff,
 	// partitions lists those this node hands over whole.
 	Push(ctx context.Context, why limit.Transfer, partitions []int, keys []limit.KeyState) error
-	// Pull takes over the other node's keys of partitions, for this node
-	// whose member list has the fingerprint members.
-	Pull(ctx context.Context, members uint64, partitions []int) ([]limit.KeyState, error)
+	// Pull takes over the other node's keys of r.Partitions, for this node
+	// whose member list r describes (the link sets r.From).
+	Pull(ctx context.Context, r limit.PullRequest) ([]limit.KeyState, error)
 	// Inspect reads what the other node holds of c's key, spending
 	// nothing.
 	Inspect(ctx context.Context, c limit.Check) (limit.KeyView, error)

@@ -209,9 +209,10 @@ func (l *memLink) Push(ctx context.Context, why limit.Transfer, partitions []int
 	})
 }
 
-func (l *memLink) Pull(ctx context.Context, members uint64, partitions []int) (keys []limit.KeyState, err error) {
+func (l *memLink) Pull(ctx context.Context, r limit.PullRequest) (keys []limit.KeyState, err error) {
+	r.From, r.Partitions, r.Names = l.self, slices.Clone(r.Partitions), slices.Clone(r.Names)
 	err = l.call(ctx, transport.StateTimeout, func(ctx context.Context, n *Node) error {
-		keys, err = n.Pull(ctx, l.self, members, slices.Clone(partitions))
+		keys, err = n.Pull(ctx, r)
 		return err
 	})
 	return keys, err

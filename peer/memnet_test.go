@@ -172,7 +172,7 @@ func TestMemNetLink(t *testing.T) {
 			t.Errorf("Links(a) = %d, want 1", mn.Links("a"))
 		}
 		l.Close()
-		if _, err := l.Pull(ctx, 0, nil); !errors.Is(err, transport.ErrClosed) {
+		if _, err := l.Pull(ctx, limit.PullRequest{}); !errors.Is(err, transport.ErrClosed) {
 			t.Errorf("Pull on a closed link: %v, want transport.ErrClosed", err)
 		}
 		if mn.Links("a") != 0 {

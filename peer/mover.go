@@ -62,6 +62,10 @@ type mover struct {
 	// leases is the book of the grants this node made (lease.go). Their
 	// debits are in the keys' states, which the jobs above move.
 	leases *leaseBook
+	// noGrants holds, per partition, until when nothing of it is granted
+	// (holdGrants); guarded by noGrantsMu.
+	noGrantsMu sync.Mutex
+	noGrants   map[int]int64
 }
 
 // moverHost is what the state mover needs of its node. The node's
@@ -157,8 +161,8 @@ func (n *Node) Push(ctx context.Context, from string, why limit.Transfer, partit
 }
 
 // Pull hands partitions over to the node from (transfer.go, mover.pull).
-func (n *Node) Pull(ctx context.Context, from string, members uint64, partitions []int) ([]limit.KeyState, error) {
-	return n.mv.pull(ctx, from, members, partitions)
+func (n *Node) Pull(ctx context.Context, r limit.PullRequest) ([]limit.KeyState, error) {
+	return n.mv.pull(ctx, r)
 }
 
 // Restore merges this node's snapshot from Config.StateDir into its tables

@@ -87,7 +87,7 @@ var errNotHere = errors.New("not used by this test")
 func (recordLink) Forward(context.Context, []limit.Check, bool) ([]limit.Result, error) {
 	return nil, errNotHere
 }
-func (recordLink) Pull(context.Context, uint64, []int) ([]limit.KeyState, error) {
+func (recordLink) Pull(context.Context, limit.PullRequest) ([]limit.KeyState, error) {
 	return nil, errNotHere
 }
 func (recordLink) Inspect(context.Context, limit.Check) (limit.KeyView, error) {

@@ -156,9 +156,13 @@ func (mv *mover) collectReplicas(backlog replicaBacklog, spare map[string][]limi
 		}
 		return d
 	}
+	// A key's lease records go with its state, just before it: read after
+	// the state's export, a record of a grant made meanwhile may be there
+	// without its debit, but that grant's own push (replicateGrant)
+	// brings the debit before the lessee has the hits to give back.
 	put := func(m ring.Member, ks limit.KeyState) {
 		d := dest(m)
-		d.ks = append(d.ks, ks)
+		d.ks = append(mv.exportRecords(d.ks, ks.Algorithm, ks.Key), ks)
 	}
 	for a, l := range mv.host.tables() {
 		if v.snap.Len() < 2 {
@@ -179,8 +183,9 @@ func (mv *mover) collectReplicas(backlog replicaBacklog, spare map[string][]limi
 	// the changed ones: counted apart once sent
 	mv.collectMoved(now, func(m ring.Member, ks limit.KeyState) {
 		d := dest(m)
-		d.ks = append(d.ks, ks)
-		d.moved++
+		n := len(d.ks)
+		d.ks = append(mv.exportRecords(d.ks, ks.Algorithm, ks.Key), ks)
+		d.moved += len(d.ks) - n
 	})
 	return by, drained
 }

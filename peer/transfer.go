@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/shardlimiter/shardlimiter/limit"
+	"github.com/shardlimiter/shardlimiter/peer/leasing"
 	"github.com/shardlimiter/shardlimiter/ring"
 	"github.com/shardlimiter/shardlimiter/transport"
 )
@@ -391,7 +392,7 @@ func (mv *mover) pullOnce(ctx context.Context, m ring.Member, parts []int) ([]li
 	for len(parts) > 0 {
 		chunk := parts[:min(len(parts), maxPullPartitions)]
 		parts = parts[len(chunk):]
-		keys, err := sc.Pull(ctx, fingerprint(mv.host.ringView().snap.Members()), chunk)
+		keys, err := sc.Pull(ctx, mv.pullRequest(chunk))
 		if err != nil {
 			return nil, err
 		}
@@ -514,11 +515,22 @@ func (mv *mover) exportPartitions(parts []int) []limit.KeyState {
 		})
 		for _, key := range keys {
 			if st, ok := l.Export(key, now); ok {
+				out = mv.exportRecords(out, limit.Algorithm(a), key)
 				out = append(out, limit.KeyState{Algorithm: limit.Algorithm(a), Key: key, State: st})
 			}
 		}
 	}
 	return out
+}
+
+// exportRecords appends to ks the lease records of key, a key of table a,
+// when a's keys are leased and key has any: they travel with the key's
+// state, just before it.
+func (mv *mover) exportRecords(ks []limit.KeyState, a limit.Algorithm, key string) []limit.KeyState {
+	if !leasing.Leasable(limit.Rule{Algorithm: a}) {
+		return ks
+	}
+	return mv.leases.export(ks, key)
 }
 
 // importKeys merges keys into the tables; keys that do not decode are
@@ -534,8 +546,14 @@ func (mv *mover) importKeys(keys []limit.KeyState, why limit.Transfer) {
 		bad++
 	}
 	mark := why != limit.Replica
+	var books []int
 	for i := 0; i < len(keys); {
 		a := keys[i].Algorithm
+		if a == limit.LeaseBook {
+			books = append(books, i)
+			i++
+			continue
+		}
 		if int(a) >= len(mv.host.tables()) {
 			bad++
 			i++
@@ -555,6 +573,13 @@ func (mv *mover) importKeys(keys []limit.KeyState, why limit.Transfer) {
 			refuse(err)
 		}
 		i++
+	}
+	// The lease records once the states are merged: a release may find a
+	// record only where its grant's debit is.
+	for _, i := range books {
+		if err := mv.leases.importRecords(keys[i].Key, keys[i].State, now); err != nil {
+			refuse(err)
+		}
 	}
 	mv.m.transferReceived[why].Add(float64(len(keys) - bad))
 	if len(keys) > bad {
@@ -611,7 +636,8 @@ func (mv *mover) push(ctx context.Context, from string, why limit.Transfer, part
 // those this node would still decide are marked moved to it first, then
 // the batches deciding under the old marks are waited for, then the keys
 // are exported.
-func (mv *mover) pull(ctx context.Context, from string, members uint64, partitions []int) ([]limit.KeyState, error) {
+func (mv *mover) pull(ctx context.Context, r limit.PullRequest) ([]limit.KeyState, error) {
+	partitions := r.Partitions
 	v := mv.host.ringView()
 	for _, p := range partitions {
 		if p < 0 || p >= v.snap.Partitions() {
@@ -646,25 +672,49 @@ func (mv *mover) pull(ctx context.Context, from string, members uint64, partitio
 	// back to this node, hands over the keys but not the partition (marked,
 	// it was decided both here, by the ring, and on the puller, which a
 	// push of it then marked received: two counts of one key, merged later
-	// to the larger, not the sum).
-	if agreed := mv.membersAgree(ctx, members); agreed != nil {
-		to := mv.host.member(from)
-		theirs := mv.ringOf(mv.host.ringView(), agreed)
-		h := mv.host.marks()
-		h.mu.Lock()
-		v = mv.host.ringView()
-		for _, p := range partitions {
-			if peerAddr(to) != "" && theirs != nil && theirs.Member(theirs.PartitionOwner(p)).Name == from &&
-				(v.snap.PartitionOwner(p) == v.self || h.kinds[p].Load() == partReceived) {
-				h.setLocked(p, partMoved, partDetail{to: to, pushed: closedChan, why: limit.Join})
-			}
-		}
-		h.mu.Unlock()
-	}
+	// to the larger, not the sum). A puller whose list is this node's and
+	// itself is ahead by its own join alone, which this node's gossip has
+	// not heard of even after memberWait (aheadByItsJoin): its ring is the
+	// one this node rebuilds to when it hears, and it is marked too.
+	mv.markPulled(ctx, r)
 	mv.host.marks().drain()
 	keys := mv.exportPartitions(partitions)
 	mv.m.transferSent[limit.Join].Add(float64(len(keys)))
 	return keys, nil
+}
+
+// markPulled marks moved to r.From the partitions of r that this node
+// would decide and that the ring of the member list it agrees on with the
+// puller gives the puller (pull says when they agree).
+func (mv *mover) markPulled(ctx context.Context, r limit.PullRequest) {
+	agreed := mv.membersAgree(ctx, r.Members)
+	to := mv.host.member(r.From)
+	if agreed == nil {
+		to = ring.Member{Name: r.From, Addr: r.Addr, PeerAddr: r.PeerAddr}
+		if agreed = mv.aheadByItsJoin(r); agreed != nil && !mv.pullerStays(ctx, to, r.Members) {
+			agreed = nil
+		}
+	}
+	if agreed == nil {
+		// This node goes on deciding the partitions, and the puller may
+		// decide them too from the keys it takes, until this node hears
+		// of it: no lease is granted from them meanwhile (a grant's debit
+		// taken here would be lost at the merge, a lease's worth of hits
+		// instead of the few checks of the race).
+		mv.holdGrants(r.Partitions)
+		return
+	}
+	theirs := mv.ringOf(mv.host.ringView(), agreed)
+	h := mv.host.marks()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	v := mv.host.ringView()
+	for _, p := range r.Partitions {
+		if peerAddr(to) != "" && theirs != nil && theirs.Member(theirs.PartitionOwner(p)).Name == r.From &&
+			(v.snap.PartitionOwner(p) == v.self || h.kinds[p].Load() == partReceived) {
+			h.setLocked(p, partMoved, partDetail{to: to, pushed: closedChan, why: limit.Join})
+		}
+	}
 }
 
 // A pull waits at most pullWaitOwn for the partitions this node is itself
@@ -681,6 +731,92 @@ const (
 	pullWaitOwn = time.Second
 	memberWait  = time.Second
 )
+
+// pullRequest is this node's pull of parts: its ring's member list and its
+// own addresses.
+func (mv *mover) pullRequest(parts []int) limit.PullRequest {
+	v := mv.host.ringView()
+	r := limit.PullRequest{Members: fingerprint(v.snap.Members()), Partitions: parts}
+	for _, m := range v.snap.Members() {
+		r.Names = append(r.Names, m.Name)
+	}
+	if v.self >= 0 {
+		me := v.snap.Member(v.self)
+		r.Addr, r.PeerAddr = me.Addr, me.PeerAddr
+	}
+	return r
+}
+
+// aheadByItsJoin returns the member list of r's puller when it is this
+// node's gossip membership and the puller, which that membership does not
+// know: the puller is ahead of this node by its own join alone (the join's
+// news has not reached this node yet), and its ring is the one this node
+// will rebuild to once it has. The list is the puller's, the puller with
+// the addresses it sent. Nil otherwise, or when r has no names (an older
+// puller), or they do not match its fingerprint.
+func (mv *mover) aheadByItsJoin(r limit.PullRequest) []ring.Member {
+	if len(r.Names) == 0 || r.PeerAddr == "" && r.Addr == "" || fingerprintNames(slices.Clone(r.Names)) != r.Members {
+		return nil
+	}
+	var mine []ring.Member
+	if g := mv.cfg.Gossip; g != nil {
+		mine = g.Members()
+	} else {
+		mine = mv.host.ringView().snap.Members()
+	}
+	if len(r.Names) != len(mine)+1 {
+		return nil
+	}
+	theirs := map[string]bool{}
+	for _, n := range r.Names {
+		theirs[n] = true
+	}
+	if len(theirs) != len(r.Names) || !theirs[r.From] || !theirs[mv.cfg.Name] {
+		return nil
+	}
+	out := make([]ring.Member, 0, len(r.Names))
+	for _, m := range mine {
+		if !theirs[m.Name] || m.Name == r.From {
+			return nil
+		}
+		out = append(out, m)
+	}
+	return append(out, ring.Member{Name: r.From, Addr: r.Addr, PeerAddr: r.PeerAddr})
+}
+
+// pullerStays asks the puller, ahead by its join, for its ring just before
+// the mark: it must not be leaving, and its member list must still be the
+// one its pull carried. A joiner that leaves again within memberWait (a
+// join, then a leave 600 ms later, in loadtest's churn tests) would
+// otherwise be marked for after its own leave's push came back, and this
+// node would forward the partitions' checks to a node that no longer
+// decides them.
+func (mv *mover) pullerStays(ctx context.Context, to ring.Member, members uint64) bool {
+	l, err := mv.host.link(to)
+	if err != nil {
+		return false
+	}
+	info, err := l.Ring(ctx)
+	return err == nil && !info.Leaving && info.Members == members
+}
+
+// holdGrants refuses grants of keys of parts for leaseHold (see lease).
+func (mv *mover) holdGrants(parts []int) {
+	now := mv.cfg.Now().UnixNano()
+	mv.noGrantsMu.Lock()
+	defer mv.noGrantsMu.Unlock()
+	if mv.noGrants == nil {
+		mv.noGrants = map[int]int64{}
+	}
+	for p, until := range mv.noGrants {
+		if until <= now {
+			delete(mv.noGrants, p)
+		}
+	}
+	for _, p := range parts {
+		mv.noGrants[p] = now + int64(leaseHold)
+	}
+}
 
 // membersAgree returns this node's gossip membership once it has the
 // fingerprint members, waiting up to memberWait for it to catch up; nil
@@ -737,6 +873,12 @@ func fingerprint(members []ring.Member) uint64 {
 	for i, m := range members {
 		names[i] = m.Name
 	}
+	return fingerprintNames(names)
+}
+
+// fingerprintNames is fingerprint of the names of a member list; it sorts
+// names.
+func fingerprintNames(names []string) uint64 {
 	slices.Sort(names)
 	h := fnv.New64a()
 	for _, name := range names {

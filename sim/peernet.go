@@ -99,8 +99,8 @@ func (l *countedLink) Push(ctx context.Context, why limit.Transfer, partitions [
 	return err
 }
 
-func (l *countedLink) Pull(ctx context.Context, members uint64, partitions []int) ([]limit.KeyState, error) {
-	keys, err := l.Link.Pull(ctx, members, partitions)
+func (l *countedLink) Pull(ctx context.Context, r limit.PullRequest) ([]limit.KeyState, error) {
+	keys, err := l.Link.Pull(ctx, r)
 	if err == nil {
 		l.net.count(limit.Join, keys)
 	}

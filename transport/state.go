@@ -20,7 +20,7 @@ func KeysFromProto(in []*pb.KeyState) ([]limit.KeyState, error) {
 	out := make([]limit.KeyState, len(in))
 	for i, k := range in {
 		a := k.GetAlgorithm()
-		if a < pb.Algorithm_TOKEN_BUCKET || a > pb.Algorithm(limit.MaxAlgorithm) { // the gubernator and Cell algorithms' numbers are internal
+		if a < pb.Algorithm_TOKEN_BUCKET || a > 0xFF || !limit.Algorithm(a).Moved() { // the gubernator and Cell algorithms' numbers are internal, as is LeaseBook
 			return nil, fmt.Errorf("transport: key state %d: unknown algorithm %d", i, int32(a))
 		}
 		out[i] = limit.KeyState{Algorithm: limit.Algorithm(a), Key: string(k.GetKey()), State: k.GetState()}

@@ -28,7 +28,7 @@ func (fakeState) Push(context.Context, string, limit.Transfer, []int, []limit.Ke
 	return nil
 }
 
-func (fakeState) Pull(context.Context, string, uint64, []int) ([]limit.KeyState, error) {
+func (fakeState) Pull(context.Context, limit.PullRequest) ([]limit.KeyState, error) {
 	return nil, nil
 }
 

@@ -3,6 +3,7 @@ package peers
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 
 	"google.golang.org/grpc"
@@ -23,10 +24,10 @@ type StateService interface {
 	// Push merges keys into this node's tables. For a handoff, partitions
 	// lists the ring partitions from has handed over whole.
 	Push(ctx context.Context, from string, why limit.Transfer, partitions []int, keys []limit.KeyState) error
-	// Pull hands over everything this node holds in partitions to from,
-	// whose ring (of the member list with fingerprint members) gives it
-	// those partitions.
-	Pull(ctx context.Context, from string, members uint64, partitions []int) ([]limit.KeyState, error)
+	// Pull hands over everything this node holds in r.Partitions to
+	// r.From, whose ring (of the member list r.Members fingerprints and
+	// r.Names lists) gives it those partitions.
+	Pull(ctx context.Context, r limit.PullRequest) ([]limit.KeyState, error)
 }
 
 // RingReporter is implemented by a StateService that answers State's Ring
@@ -104,6 +105,10 @@ func (b *pushBatch) Decode(data []byte) error {
 // transport.MaxStateMessage bytes can hold (2 bytes each, empty).
 const maxPushKeys = transport.MaxStateMessage / 2
 
+// maxPullNames bounds the member names of one pull (a ring has at most
+// 65535 members).
+const maxPullNames = 1 << 16
+
 func (s *stateServer) push(ctx context.Context, in *pushBatch) (*pb.PushStateResponse, error) {
 	if s.s == nil {
 		return nil, status.Error(codes.Unimplemented, errNoState.Error())
@@ -142,7 +147,11 @@ func (s *stateServer) Pull(ctx context.Context, in *pb.PullStateRequest) (*pb.Pu
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	keys, err := s.s.Pull(ctx, in.GetFrom(), in.GetMembers(), parts)
+	if n := len(in.GetMemberNames()); n > maxPullNames {
+		return nil, status.Error(codes.InvalidArgument, fmt.Sprintf("peers: %d member names in a pull, max %d", n, maxPullNames))
+	}
+	keys, err := s.s.Pull(ctx, limit.PullRequest{From: in.GetFrom(), Members: in.GetMembers(), Names: in.GetMemberNames(),
+		Addr: in.GetAddr(), PeerAddr: in.GetPeerAddr(), Partitions: parts})
 	if err != nil {
 		return nil, status.Error(transport.Code(err), err.Error())
 	}

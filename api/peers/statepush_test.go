@@ -36,7 +36,7 @@ func (s *recordingState) Push(_ context.Context, from string, why limit.Transfer
 	return nil
 }
 
-func (s *recordingState) Pull(context.Context, string, uint64, []int) ([]limit.KeyState, error) {
+func (s *recordingState) Pull(context.Context, limit.PullRequest) ([]limit.KeyState, error) {
 	return nil, nil
 }
 

@@ -96,12 +96,12 @@ func (l *NodeLink) Push(ctx context.Context, why limit.Transfer, partitions []in
 }
 
 // Pull takes over the node's keys of partitions (StateClient.Pull).
-func (l *NodeLink) Pull(ctx context.Context, members uint64, partitions []int) ([]limit.KeyState, error) {
+func (l *NodeLink) Pull(ctx context.Context, r limit.PullRequest) ([]limit.KeyState, error) {
 	st, err := l.state()
 	if err != nil {
 		return nil, err
 	}
-	return st.Pull(ctx, members, partitions)
+	return st.Pull(ctx, r)
 }
 
 // Inspect reads what the node holds of c's key (StateClient.Inspect).

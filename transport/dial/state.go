@@ -68,12 +68,14 @@ func (r *pushRequest) AppendTo(b []byte) ([]byte, error) {
 	return wire.AppendPush(b, r.from, int32(r.why), r.keys, r.parts)
 }
 
-// Pull takes over partitions from the node (see api/peers.StateService); members
-// fingerprints the member list of the ring that gives them to this node.
-func (c *StateClient) Pull(ctx context.Context, members uint64, partitions []int) ([]limit.KeyState, error) {
+// Pull takes over r.Partitions from the node (see api/peers.StateService);
+// r.Members and r.Names are the member list of the ring that gives them to
+// this node. r.From is this client's name.
+func (c *StateClient) Pull(ctx context.Context, r limit.PullRequest) ([]limit.KeyState, error) {
 	ctx, cancel := c.timeout(ctx)
 	defer cancel()
-	out, err := c.client.Pull(ctx, &pb.PullStateRequest{From: c.name, Partitions: transport.PartitionsToProto(partitions), Members: members},
+	out, err := c.client.Pull(ctx, &pb.PullStateRequest{From: c.name, Partitions: transport.PartitionsToProto(r.Partitions), Members: r.Members,
+		MemberNames: r.Names, Addr: r.Addr, PeerAddr: r.PeerAddr},
 		grpc.MaxCallRecvMsgSize(transport.MaxStateMessage), grpc.MaxCallSendMsgSize(transport.MaxStateMessage), c.redial())
 	if err != nil {
 		return nil, c.classify(err)

@@ -245,7 +245,17 @@ type PullStateRequest struct {
 	// partitions by: the holder hands them over (stops deciding them) only
 	// once its own membership agrees, so a puller whose ring is behind
 	// cannot take partitions away from their owner.
-	Members       uint64 `protobuf:"fixed64,3,opt,name=members,proto3" json:"members,omitempty"`
+	Members uint64 `protobuf:"fixed64,3,opt,name=members,proto3" json:"members,omitempty"`
+	// The names of that member list (their fingerprint is members): a
+	// holder that has not yet heard of the puller's join, and whose own
+	// list is the puller's without the puller, knows the puller is ahead
+	// of it by that join alone, and hands the partitions over (marks them)
+	// without waiting for its gossip. Empty from an older puller.
+	MemberNames []string `protobuf:"bytes,4,rep,name=member_names,json=memberNames,proto3" json:"member_names,omitempty"`
+	// The puller's own addresses (client gRPC, peer), for that holder to
+	// forward the partitions' checks to before its gossip knows the puller.
+	Addr          string `protobuf:"bytes,5,opt,name=addr,proto3" json:"addr,omitempty"`
+	PeerAddr      string `protobuf:"bytes,6,opt,name=peer_addr,json=peerAddr,proto3" json:"peer_addr,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -299,6 +309,27 @@ func (x *PullStateRequest) GetMembers() uint64 {
 		return x.Members
 	}
 	return 0
+}
+
+func (x *PullStateRequest) GetMemberNames() []string {
+	if x != nil {
+		return x.MemberNames
+	}
+	return nil
+}
+
+func (x *PullStateRequest) GetAddr() string {
+	if x != nil {
+		return x.Addr
+	}
+	return ""
+}
+
+func (x *PullStateRequest) GetPeerAddr() string {
+	if x != nil {
+		return x.PeerAddr
+	}
+	return ""
 }
 
 type PullStateResponse struct {
@@ -682,13 +713,16 @@ const file_shardlimiter_v1_state_proto_rawDesc = "" +
 	"\n" +
 	"partitions\x18\x04 \x03(\rR\n" +
 	"partitions\"\x13\n" +
-	"\x11PushStateResponse\"`\n" +
+	"\x11PushStateResponse\"\xb4\x01\n" +
 	"\x10PullStateRequest\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\tR\x04from\x12\x1e\n" +
 	"\n" +
 	"partitions\x18\x02 \x03(\rR\n" +
 	"partitions\x12\x18\n" +
-	"\amembers\x18\x03 \x01(\x06R\amembers\"B\n" +
+	"\amembers\x18\x03 \x01(\x06R\amembers\x12!\n" +
+	"\fmember_names\x18\x04 \x03(\tR\vmemberNames\x12\x12\n" +
+	"\x04addr\x18\x05 \x01(\tR\x04addr\x12\x1b\n" +
+	"\tpeer_addr\x18\x06 \x01(\tR\bpeerAddr\"B\n" +
 	"\x11PullStateResponse\x12-\n" +
 	"\x04keys\x18\x01 \x03(\v2\x19.shardlimiter.v1.KeyStateR\x04keys\"\r\n" +
 	"\vRingRequest\"\xb2\x01\n" +

@@ -216,7 +216,7 @@ func (d *pushDecoder) key(s []byte) error {
 	if err != nil {
 		return err
 	}
-	if alg < 0 || alg > int32(limit.MaxAlgorithm) { // the gubernator and Cell algorithms' numbers are internal: nodes move their keys too
+	if alg < 0 || alg > 0xFF || !limit.Algorithm(alg).Moved() { // the gubernator and Cell algorithms' numbers are internal: nodes move their keys too, and lease books
 		return fmt.Errorf("transport: key state %d: unknown algorithm %d", len(d.p.Keys), alg)
 	}
 	ks := limit.KeyState{Algorithm: limit.Algorithm(alg)}

@@ -70,7 +70,7 @@ func protoPush(data []byte) (Push, error) {
 	p := Push{From: m.GetFrom(), Transfer: int32(m.GetTransfer()), Partitions: m.GetPartitions()}
 	p.Keys = make([]limit.KeyState, len(m.GetKeys()))
 	for i, k := range m.GetKeys() {
-		if a := k.GetAlgorithm(); a < pb.Algorithm_TOKEN_BUCKET || a > pb.Algorithm(limit.GubernatorLeakyBucket) {
+		if a := k.GetAlgorithm(); a < pb.Algorithm_TOKEN_BUCKET || a > 0xFF || !limit.Algorithm(a).Moved() {
 			return Push{}, fmt.Errorf("key state %d: unknown algorithm %d", i, a)
 		}
 		p.Keys[i] = limit.KeyState{Algorithm: limit.Algorithm(k.GetAlgorithm()), Key: string(k.GetKey())}
@@ -141,6 +141,23 @@ func TestDecodePushBound(t *testing.T) {
 	}
 	if p, err := DecodePush(data, 3); err != nil || len(p.Keys) != 3 {
 		t.Fatalf("DecodePush(3 keys, max 3) = %d keys, %v", len(p.Keys), err)
+	}
+}
+
+// A lease book travels beside the table states (limit.LeaseBook); a number
+// between the last algorithm and it is refused.
+func TestDecodePushLeaseBook(t *testing.T) {
+	t.Parallel()
+	keys := []limit.KeyState{{Algorithm: limit.LeaseBook, Key: "k", State: []byte{1, 0}}, {Algorithm: limit.TokenBucket, Key: "k", State: []byte{9}}}
+	data, _ := AppendPush(nil, "a", 0, keys, nil)
+	p, err := DecodePush(data, 10)
+	if err != nil || len(p.Keys) != 2 || p.Keys[0].Algorithm != limit.LeaseBook || p.Keys[0].Key != "k" || string(p.Keys[0].State) != "\x01\x00" {
+		t.Fatalf("DecodePush(a lease book and a state) = %+v, %v", p.Keys, err)
+	}
+	keys[0].Algorithm = limit.MaxAlgorithm + 1
+	data, _ = AppendPush(nil, "a", 0, keys, nil)
+	if _, err := DecodePush(data, 10); err == nil {
+		t.Fatalf("DecodePush(algorithm %d) = nil error", limit.MaxAlgorithm+1)
 	}
 }
 
