@@ -216,6 +216,14 @@ func (c *Cluster) Restart(m *Member) (*Member, error) {
 	return c.start(m.Name, ip, seeds)
 }
 
+// GossipDrain is how long memberlist's goroutines may outlive a member's
+// stop: memberlist.Shutdown does not wait for them, and a stream handler
+// in flight ends within the 3 s stream timeout gossip sets (see
+// gossip.Membership.Run). A synctest bubble's clock stops when its
+// function returns, so a bubble that ran a cluster sleeps this long after
+// Stop for its goroutines to exit.
+const GossipDrain = 5 * time.Second
+
 // Stop stops every member without leaving.
 func (c *Cluster) Stop() {
 	for _, m := range c.Running() {

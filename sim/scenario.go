@@ -25,11 +25,22 @@ type Params struct {
 	// RingOnly measures the ring alone (rebuild, spread, keys moved by a
 	// join), with no members running: for sizes the machine cannot run.
 	RingOnly bool
+	// Virtual says that Run is called inside a testing/synctest bubble
+	// (synctest.Test), where the clock is virtual: it moves only when
+	// every member waits on a timer or a channel, so however slow the
+	// machine, no timeout fires because a member was starved of CPU.
+	// Agreement times, gossip bytes per second and replication rates are
+	// then the protocols' own; ring rebuilds and forwarded checks are
+	// timed by the machine's clocks in both modes, and the idle CPU is the
+	// machine's CPU per virtual second. Run behaves the same either way;
+	// Virtual labels the report.
+	Virtual bool
 }
 
 // Report holds one Run's figures; a zero figure was not measured.
 type Report struct {
-	N, K int
+	N, K    int
+	Virtual bool // measured in a synctest bubble (Params.Virtual)
 
 	Form                  time.Duration // from the first start to one ring of N
 	RingBuild             time.Duration // ring.New and Without, at N
@@ -40,6 +51,7 @@ type Report struct {
 	CPUPerMember          float64       // idle, seconds per second per member (all the node's goroutines)
 	ForwardMsgs           float64       // Forward calls per batch of 100 entering a random member
 	ForwardPerCheck       time.Duration // wall time per check of the median such batch, one at a time
+	ForwardCPU            time.Duration // the process's CPU per check over those batches
 	ReplicaBytes          float64       // per second, whole cluster, at Rate checks/s
 	ReplicaKeys           float64       // key states sent per second, likewise
 	Join, Leave, Crash    time.Duration // until every member agrees on the new ring
@@ -61,7 +73,7 @@ type Handoff struct {
 // Report.Errors and the next one runs.
 func Run(ctx context.Context, opt Options, p Params) (Report, error) {
 	p = p.withDefaults()
-	r := Report{N: p.N, K: p.K}
+	r := Report{N: p.N, K: p.K, Virtual: p.Virtual}
 	var err error
 	keys := Keys(rand.New(rand.NewPCG(opt.Seed, 1)), p.K)
 	if p.RingOnly {
@@ -173,7 +185,7 @@ func idle(ctx context.Context, c *Cluster, p Params, _ []string, r *Report) erro
 // forward sends batches of 100 random keys into random members.
 func forward(ctx context.Context, c *Cluster, p Params, keys []string, r *Report) error {
 	var err error
-	r.ForwardPerCheck, r.ForwardMsgs, err = c.ForwardCost(ctx, keys, p.Batches, 100)
+	r.ForwardPerCheck, r.ForwardCPU, r.ForwardMsgs, err = c.ForwardCost(ctx, keys, p.Batches, 100)
 	return err
 }
 

@@ -111,6 +111,15 @@ func run(args []string, stdout, stderr io.Writer) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
+	return runSizes(ctx, cfg, stdout, stderr, sim.Run)
+}
+
+// runner runs one size: sim.Run, or (in the tests) sim.Run inside a
+// synctest bubble.
+type runner func(ctx context.Context, opt sim.Options, p sim.Params) (sim.Report, error)
+
+// runSizes runs each size of cfg with one and writes the table.
+func runSizes(ctx context.Context, cfg config, stdout, stderr io.Writer, one runner) error {
 	var reports []sim.Report
 	for _, n := range cfg.sizes {
 		p := cfg.params
@@ -120,7 +129,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 		opt.Progress = func(step string, took time.Duration) {
 			fmt.Fprintf(stderr, "N=%d: %s took %v\n", n, step, took.Round(time.Millisecond))
 		}
-		r, err := sim.Run(ctx, opt, p)
+		r, err := one(ctx, opt, p)
 		if err != nil {
 			return fmt.Errorf("n=%d: %w", n, err)
 		}
