@@ -38,15 +38,24 @@ type Options struct {
 	Logger *slog.Logger
 	// Progress, when set, is told each step of Run as it ends.
 	Progress func(step string, took time.Duration)
+	// GossipOnly runs each member's gossip (gossip.Membership on the
+	// GossipNet) without its peer.Node: members agree when their member
+	// lists name exactly the running members, and a ring is one rebuild
+	// (RingBuild) behind that. For sizes at which every member rebuilding
+	// its ring on every change costs more CPU than the machine has (1,000
+	// members: ~30 ms a rebuild, N rebuilds a change); checks, handoffs and
+	// replication need nodes and are not run.
+	GossipOnly bool
 }
 
 // Member is one simulated node: a real peer.Node with real gossip, on
 // in-memory networks.
 type Member struct {
 	Name       string
-	GossipAddr string // "ip:7946" on the GossipNet
-	PeerAddr   string // "ip:8082" on the PeerNet
-	Node       *peer.Node
+	GossipAddr string             // "ip:7946" on the GossipNet
+	PeerAddr   string             // "ip:8082" on the PeerNet
+	Node       *peer.Node         // nil with Options.GossipOnly
+	Gossip     *gossip.Membership // nil in a cluster of Cluster.FormStatic
 
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -124,24 +133,44 @@ func (c *Cluster) start(name, ip string, seeds []string) (*Member, error) {
 	if err != nil {
 		return nil, err
 	}
-	m.Node, err = peer.New(peer.Config{Name: name, GRPCAddr: gc.GRPCAddr, PeerAddr: m.PeerAddr, Gossip: ms,
-		Peers: c.Peers, ReplicationInterval: c.opt.ReplicationInterval, Ring: c.opt.Ring, Logger: c.opt.Logger.With("node", name)})
-	if err != nil {
-		return nil, err
-	}
-	c.Peers.Add(m.PeerAddr, m.Node)
-	ctx, cancel := context.WithCancel(context.Background())
-	m.cancel = cancel
-	go func() {
-		defer close(m.done)
-		if err := m.Node.Run(ctx); err != nil {
-			c.opt.Logger.Error("node stopped", "node", name, "err", err)
+	m.Gossip = ms
+	run := ms.Run
+	if !c.opt.GossipOnly {
+		if err := c.newNode(m, gc.GRPCAddr, ms); err != nil {
+			return nil, err
 		}
-	}()
+		run = m.Node.Run
+	}
+	c.run(m, run)
 	c.mu.Lock()
 	c.running = append(c.running, m)
 	c.mu.Unlock()
 	return m, nil
+}
+
+// newNode makes m's node, with g its membership, and puts it on the
+// PeerNet.
+func (c *Cluster) newNode(m *Member, grpcAddr string, g peer.Gossip) error {
+	var err error
+	m.Node, err = peer.New(peer.Config{Name: m.Name, GRPCAddr: grpcAddr, PeerAddr: m.PeerAddr, Gossip: g,
+		Peers: c.Peers, ReplicationInterval: c.opt.ReplicationInterval, Ring: c.opt.Ring, Logger: c.opt.Logger.With("node", m.Name)})
+	if err != nil {
+		return err
+	}
+	c.Peers.Add(m.PeerAddr, m.Node)
+	return nil
+}
+
+// run runs m (its node, or its gossip alone) until m.cancel.
+func (c *Cluster) run(m *Member, run func(context.Context) error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	m.cancel = cancel
+	go func() {
+		defer close(m.done)
+		if err := run(ctx); err != nil {
+			c.opt.Logger.Error("member stopped", "node", m.Name, "err", err)
+		}
+	}()
 }
 
 // Form starts n members and waits until every one agrees on the ring of
@@ -184,13 +213,22 @@ func (c *Cluster) drop(m *Member) {
 // Leave stops m gracefully: it hands its keys over and tells gossip, then
 // stops serving.
 func (c *Cluster) Leave(m *Member) error {
-	err := m.Node.Leave()
+	var err error
+	if m.Node != nil {
+		err = m.Node.Leave()
+	} else {
+		err = m.Gossip.Leave(gossipLeaveTimeout)
+	}
 	c.drop(m)
 	c.Peers.Remove(m.PeerAddr)
 	m.cancel()
 	<-m.done
 	return err
 }
+
+// gossipLeaveTimeout bounds a gossip-only member's leave broadcast, as
+// peer.Config.LeaveTimeout's default does a node's.
+const gossipLeaveTimeout = 3 * time.Second
 
 // Crash stops m at once: its gossip and peer addresses go dark before it
 // can tell anyone.
@@ -291,10 +329,17 @@ func (c *Cluster) WaitAgreeOn(group []*Member, start time.Time, timeout time.Dur
 	}
 }
 
-// agree reports whether every member of group routes by the members want.
+// agree reports whether every member of group routes by the members want
+// (with Options.GossipOnly: lists them as its members).
 func agree(group []*Member, want []string) bool {
 	var fp uint64
 	for i, m := range group {
+		if m.Node == nil {
+			if !gossipNames(m.Gossip, want) {
+				return false
+			}
+			continue
+		}
 		r := m.Node.Ring()
 		if i == 0 {
 			if !slices.Equal(r.Names, want) {
@@ -302,6 +347,21 @@ func agree(group []*Member, want []string) bool {
 			}
 			fp = r.Members
 		} else if r.Members != fp {
+			return false
+		}
+	}
+	return true
+}
+
+// gossipNames reports whether g's alive members are exactly want
+// (sorted).
+func gossipNames(g *gossip.Membership, want []string) bool {
+	ms := g.Members()
+	if len(ms) != len(want) {
+		return false
+	}
+	for i, m := range ms {
+		if m.Name != want[i] {
 			return false
 		}
 	}

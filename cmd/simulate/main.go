@@ -58,6 +58,8 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	load := fs.Float64("ring-load", 0, "ring.Config.Load (0: the default, 1.05)")
 	gossipEvery := fs.Duration("gossip-interval", 0, "gossip.Config.GossipInterval of every member (0: the default, 500 ms)")
 	gossipNodes := fs.Int("gossip-nodes", 0, "gossip.Config.GossipNodes of every member (0: the default, 3)")
+	gossipOnly := fs.Bool("gossip-only", false, "run each member's gossip without its node: agreement on member lists, no checks (sizes whose ring rebuilds the machine cannot afford)")
+	static := fs.Bool("static", false, "form with a fixed member list, no gossip: forward and replicate on a formed ring of any size")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this `file`")
 	logs := fs.Bool("logs", false, "print the nodes' warnings and errors to stderr")
 	if err := fs.Parse(args); err != nil {
@@ -71,11 +73,14 @@ func parse(args []string, stderr io.Writer) (config, error) {
 		}
 		cfg.sizes = append(cfg.sizes, n)
 	}
+	if *gossipOnly && *static {
+		return config{}, fmt.Errorf("-gossip-only and -static: one or the other")
+	}
 	if *k < 1 {
 		return config{}, fmt.Errorf("-k: %d: want at least 1 key", *k)
 	}
 	cfg.opt = sim.Options{Seed: *seed, Latency: *latency, ReplicationInterval: *repl,
-		Ring: ring.Config{PartitionCount: *parts, ReplicationFactor: *vnodes, Load: *load}}
+		Ring: ring.Config{PartitionCount: *parts, ReplicationFactor: *vnodes, Load: *load}, GossipOnly: *gossipOnly}
 	if *gossipEvery > 0 || *gossipNodes > 0 {
 		cfg.opt.Gossip = func(c *gossip.Config) { c.GossipInterval, c.GossipNodes = *gossipEvery, *gossipNodes }
 	}
@@ -86,7 +91,7 @@ func parse(args []string, stderr io.Writer) (config, error) {
 		cfg.opt.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
 	cfg.cpuProfile = *cpuProfile
-	cfg.params = sim.Params{K: *k, Window: *window, Rate: *rate, Timeout: *timeout, RingOnly: *ringOnly}
+	cfg.params = sim.Params{K: *k, Window: *window, Rate: *rate, Timeout: *timeout, RingOnly: *ringOnly, Static: *static}
 	if *scen != "" {
 		cfg.params.Scenarios = strings.Split(*scen, ",")
 	}
