@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"log/slog"
 	"math/rand/v2"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/shardlimiter/shardlimiter/gossip"
@@ -59,6 +61,10 @@ type Member struct {
 
 	cancel context.CancelFunc
 	done   chan struct{}
+	// listed is, with Options.GossipOnly, the fingerprint of the member
+	// list Gossip last signalled (namesPrint), kept by watchGossip so
+	// that an agreement poll reads one number per member, not N names.
+	listed atomic.Uint64
 }
 
 // Cluster runs simulated members in this process. Its methods are not
@@ -134,7 +140,7 @@ func (c *Cluster) start(name, ip string, seeds []string) (*Member, error) {
 		return nil, err
 	}
 	m.Gossip = ms
-	run := ms.Run
+	run := m.runGossip
 	if !c.opt.GossipOnly {
 		if err := c.newNode(m, gc.GRPCAddr, ms); err != nil {
 			return nil, err
@@ -171,6 +177,40 @@ func (c *Cluster) run(m *Member, run func(context.Context) error) {
 			c.opt.Logger.Error("member stopped", "node", m.Name, "err", err)
 		}
 	}()
+}
+
+// runGossip runs m's gossip alone (Options.GossipOnly), and keeps
+// m.listed as its member list changes, as a node keeps its ring.
+func (m *Member) runGossip(ctx context.Context) error {
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-m.Gossip.Changed():
+				ms := m.Gossip.Members()
+				names := make([]string, len(ms))
+				for i, x := range ms {
+					names[i] = x.Name
+				}
+				m.listed.Store(namesPrint(names))
+			}
+		}
+	})
+	err := m.Gossip.Run(ctx)
+	wg.Wait()
+	return err
+}
+
+// namesPrint is a fingerprint of a sorted list of names.
+func namesPrint(names []string) uint64 {
+	h := fnv.New64a()
+	for _, n := range names {
+		h.Write([]byte(n))
+		h.Write([]byte{0})
+	}
+	return h.Sum64()
 }
 
 // Form starts n members and waits until every one agrees on the ring of
@@ -335,7 +375,10 @@ func agree(group []*Member, want []string) bool {
 	var fp uint64
 	for i, m := range group {
 		if m.Node == nil {
-			if !gossipNames(m.Gossip, want) {
+			if i == 0 {
+				fp = namesPrint(want)
+			}
+			if m.listed.Load() != fp {
 				return false
 			}
 			continue
@@ -347,21 +390,6 @@ func agree(group []*Member, want []string) bool {
 			}
 			fp = r.Members
 		} else if r.Members != fp {
-			return false
-		}
-	}
-	return true
-}
-
-// gossipNames reports whether g's alive members are exactly want
-// (sorted).
-func gossipNames(g *gossip.Membership, want []string) bool {
-	ms := g.Members()
-	if len(ms) != len(want) {
-		return false
-	}
-	for i, m := range ms {
-		if m.Name != want[i] {
 			return false
 		}
 	}

@@ -143,6 +143,11 @@ func runSizes(ctx context.Context, cfg config, stdout, stderr io.Writer, one run
 			fmt.Fprintf(stderr, "N=%d: %s\n", n, e)
 		}
 		reports = append(reports, r)
+		if len(cfg.sizes) > 1 {
+			// Each size's figures as soon as they are known: a long run
+			// stopped later keeps them.
+			sim.WriteTable(stderr, []sim.Report{r})
+		}
 		if ctx.Err() != nil {
 			break
 		}
