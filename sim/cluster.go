@@ -50,7 +50,8 @@ type Options struct {
 	GossipOnly bool
 }
 
-// Member is one simulated node: a real peer.Node with real gossip, on
+// Member is one simulated node: a real peer.Node with real gossip (or
+// either alone: Options.GossipOnly, Cluster.FormStatic), on
 // in-memory networks.
 type Member struct {
 	Name       string
@@ -62,7 +63,7 @@ type Member struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 	// listed is, with Options.GossipOnly, the fingerprint of the member
-	// list Gossip last signalled (namesPrint), kept by watchGossip so
+	// list Gossip last signalled (namesPrint), kept by runGossip so
 	// that an agreement poll reads one number per member, not N names.
 	listed atomic.Uint64
 }
