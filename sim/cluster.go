@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"log/slog"
 	"math/rand/v2"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/shardlimiter/shardlimiter/gossip"
@@ -38,18 +40,32 @@ type Options struct {
 	Logger *slog.Logger
 	// Progress, when set, is told each step of Run as it ends.
 	Progress func(step string, took time.Duration)
+	// GossipOnly runs each member's gossip (gossip.Membership on the
+	// GossipNet) without its peer.Node: members agree when their member
+	// lists name exactly the running members, and a ring is one rebuild
+	// (RingBuild) behind that. For sizes at which every member rebuilding
+	// its ring on every change costs more CPU than the machine has (1,000
+	// members: ~30 ms a rebuild, N rebuilds a change); checks, handoffs and
+	// replication need nodes and are not run.
+	GossipOnly bool
 }
 
-// Member is one simulated node: a real peer.Node with real gossip, on
+// Member is one simulated node: a real peer.Node with real gossip (or
+// either alone: Options.GossipOnly, Cluster.FormStatic), on
 // in-memory networks.
 type Member struct {
 	Name       string
-	GossipAddr string // "ip:7946" on the GossipNet
-	PeerAddr   string // "ip:8082" on the PeerNet
-	Node       *peer.Node
+	GossipAddr string             // "ip:7946" on the GossipNet
+	PeerAddr   string             // "ip:8082" on the PeerNet
+	Node       *peer.Node         // nil with Options.GossipOnly
+	Gossip     *gossip.Membership // nil in a cluster of Cluster.FormStatic
 
 	cancel context.CancelFunc
 	done   chan struct{}
+	// listed is, with Options.GossipOnly, the fingerprint of the member
+	// list Gossip last signalled (namesPrint), kept by runGossip so
+	// that an agreement poll reads one number per member, not N names.
+	listed atomic.Uint64
 }
 
 // Cluster runs simulated members in this process. Its methods are not
@@ -124,24 +140,78 @@ func (c *Cluster) start(name, ip string, seeds []string) (*Member, error) {
 	if err != nil {
 		return nil, err
 	}
-	m.Node, err = peer.New(peer.Config{Name: name, GRPCAddr: gc.GRPCAddr, PeerAddr: m.PeerAddr, Gossip: ms,
-		Peers: c.Peers, ReplicationInterval: c.opt.ReplicationInterval, Ring: c.opt.Ring, Logger: c.opt.Logger.With("node", name)})
-	if err != nil {
-		return nil, err
-	}
-	c.Peers.Add(m.PeerAddr, m.Node)
-	ctx, cancel := context.WithCancel(context.Background())
-	m.cancel = cancel
-	go func() {
-		defer close(m.done)
-		if err := m.Node.Run(ctx); err != nil {
-			c.opt.Logger.Error("node stopped", "node", name, "err", err)
+	m.Gossip = ms
+	run := m.runGossip
+	if !c.opt.GossipOnly {
+		if err := c.newNode(m, gc.GRPCAddr, ms); err != nil {
+			return nil, err
 		}
-	}()
+		run = m.Node.Run
+	}
+	c.run(m, run)
 	c.mu.Lock()
 	c.running = append(c.running, m)
 	c.mu.Unlock()
 	return m, nil
+}
+
+// newNode makes m's node, with g its membership, and puts it on the
+// PeerNet.
+func (c *Cluster) newNode(m *Member, grpcAddr string, g peer.Gossip) error {
+	var err error
+	m.Node, err = peer.New(peer.Config{Name: m.Name, GRPCAddr: grpcAddr, PeerAddr: m.PeerAddr, Gossip: g,
+		Peers: c.Peers, ReplicationInterval: c.opt.ReplicationInterval, Ring: c.opt.Ring, Logger: c.opt.Logger.With("node", m.Name)})
+	if err != nil {
+		return err
+	}
+	c.Peers.Add(m.PeerAddr, m.Node)
+	return nil
+}
+
+// run runs m (its node, or its gossip alone) until m.cancel.
+func (c *Cluster) run(m *Member, run func(context.Context) error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	m.cancel = cancel
+	go func() {
+		defer close(m.done)
+		if err := run(ctx); err != nil {
+			c.opt.Logger.Error("member stopped", "node", m.Name, "err", err)
+		}
+	}()
+}
+
+// runGossip runs m's gossip alone (Options.GossipOnly), and keeps
+// m.listed as its member list changes, as a node keeps its ring.
+func (m *Member) runGossip(ctx context.Context) error {
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-m.Gossip.Changed():
+				ms := m.Gossip.Members()
+				names := make([]string, len(ms))
+				for i, x := range ms {
+					names[i] = x.Name
+				}
+				m.listed.Store(namesPrint(names))
+			}
+		}
+	})
+	err := m.Gossip.Run(ctx)
+	wg.Wait()
+	return err
+}
+
+// namesPrint is a fingerprint of a sorted list of names.
+func namesPrint(names []string) uint64 {
+	h := fnv.New64a()
+	for _, n := range names {
+		h.Write([]byte(n))
+		h.Write([]byte{0})
+	}
+	return h.Sum64()
 }
 
 // Form starts n members and waits until every one agrees on the ring of
@@ -184,13 +254,22 @@ func (c *Cluster) drop(m *Member) {
 // Leave stops m gracefully: it hands its keys over and tells gossip, then
 // stops serving.
 func (c *Cluster) Leave(m *Member) error {
-	err := m.Node.Leave()
+	var err error
+	if m.Node != nil {
+		err = m.Node.Leave()
+	} else {
+		err = m.Gossip.Leave(gossipLeaveTimeout)
+	}
 	c.drop(m)
 	c.Peers.Remove(m.PeerAddr)
 	m.cancel()
 	<-m.done
 	return err
 }
+
+// gossipLeaveTimeout bounds a gossip-only member's leave broadcast, as
+// peer.Config.LeaveTimeout's default does a node's.
+const gossipLeaveTimeout = 3 * time.Second
 
 // Crash stops m at once: its gossip and peer addresses go dark before it
 // can tell anyone.
@@ -215,6 +294,14 @@ func (c *Cluster) Restart(m *Member) (*Member, error) {
 	ip := m.GossipAddr[:len(m.GossipAddr)-len(":7946")]
 	return c.start(m.Name, ip, seeds)
 }
+
+// GossipDrain is how long memberlist's goroutines may outlive a member's
+// stop: memberlist.Shutdown does not wait for them, and a stream handler
+// in flight ends within the 3 s stream timeout gossip sets (see
+// gossip.Membership.Run). A synctest bubble's clock stops when its
+// function returns, so a bubble that ran a cluster sleeps this long after
+// Stop for its goroutines to exit.
+const GossipDrain = 5 * time.Second
 
 // Stop stops every member without leaving.
 func (c *Cluster) Stop() {
@@ -283,10 +370,20 @@ func (c *Cluster) WaitAgreeOn(group []*Member, start time.Time, timeout time.Dur
 	}
 }
 
-// agree reports whether every member of group routes by the members want.
+// agree reports whether every member of group routes by the members want
+// (with Options.GossipOnly: lists them as its members).
 func agree(group []*Member, want []string) bool {
 	var fp uint64
 	for i, m := range group {
+		if m.Node == nil {
+			if i == 0 {
+				fp = namesPrint(want)
+			}
+			if m.listed.Load() != fp {
+				return false
+			}
+			continue
+		}
 		r := m.Node.Ring()
 		if i == 0 {
 			if !slices.Equal(r.Names, want) {

@@ -25,11 +25,28 @@ type Params struct {
 	// RingOnly measures the ring alone (rebuild, spread, keys moved by a
 	// join), with no members running: for sizes the machine cannot run.
 	RingOnly bool
+	// Virtual says that Run is called inside a testing/synctest bubble
+	// (synctest.Test), where the clock is virtual: it moves only when
+	// every member waits on a timer or a channel, so however slow the
+	// machine, no timeout fires because a member was starved of CPU.
+	// Agreement times, gossip bytes per second and replication rates are
+	// then the protocols' own; ring rebuilds and forwarded checks are
+	// timed by the machine's clocks in both modes, and the idle CPU is the
+	// machine's CPU per virtual second. Run behaves the same either way;
+	// Virtual labels the report.
+	Virtual bool
+	// Static forms the cluster with FormStatic (every member knows the
+	// ring of N from the start, no gossip) instead of Form, for the
+	// figures of a formed ring (forward, replicate) at sizes that take
+	// longer to form than the machine allows. Scenarios that change
+	// membership fail on it.
+	Static bool
 }
 
 // Report holds one Run's figures; a zero figure was not measured.
 type Report struct {
-	N, K int
+	N, K    int
+	Virtual bool // measured in a synctest bubble (Params.Virtual)
 
 	Form                  time.Duration // from the first start to one ring of N
 	RingBuild             time.Duration // ring.New and Without, at N
@@ -40,6 +57,7 @@ type Report struct {
 	CPUPerMember          float64       // idle, seconds per second per member (all the node's goroutines)
 	ForwardMsgs           float64       // Forward calls per batch of 100 entering a random member
 	ForwardPerCheck       time.Duration // wall time per check of the median such batch, one at a time
+	ForwardCPU            time.Duration // the process's CPU per check over those batches
 	ReplicaBytes          float64       // per second, whole cluster, at Rate checks/s
 	ReplicaKeys           float64       // key states sent per second, likewise
 	Join, Leave, Crash    time.Duration // until every member agrees on the new ring
@@ -61,7 +79,7 @@ type Handoff struct {
 // Report.Errors and the next one runs.
 func Run(ctx context.Context, opt Options, p Params) (Report, error) {
 	p = p.withDefaults()
-	r := Report{N: p.N, K: p.K}
+	r := Report{N: p.N, K: p.K, Virtual: p.Virtual}
 	var err error
 	keys := Keys(rand.New(rand.NewPCG(opt.Seed, 1)), p.K)
 	if p.RingOnly {
@@ -74,14 +92,16 @@ func Run(ctx context.Context, opt Options, p Params) (Report, error) {
 	start := time.Now()
 	c := NewCluster(opt)
 	defer c.Stop()
-	if r.Form, err = c.Form(p.N, max(p.Timeout, time.Duration(p.N)*100*time.Millisecond)); err != nil {
+	if r.Form, err = form(c, p); err != nil {
 		return r, err
 	}
-	if err := c.Fill(ctx, keys, 100); err != nil {
-		return r, err
+	if !opt.GossipOnly {
+		if err := c.Fill(ctx, keys, 100); err != nil {
+			return r, err
+		}
+		// Let the fill's replication go out before anything is measured.
+		time.Sleep(time.Second)
 	}
-	// Let the fill's replication go out before anything is measured.
-	time.Sleep(time.Second)
 	snap, err := c.ring(c.Running()[0])
 	if err != nil {
 		return r, err
@@ -94,7 +114,9 @@ func Run(ctx context.Context, opt Options, p Params) (Report, error) {
 			return r, fmt.Errorf("sim: unknown scenario %q", s)
 		}
 		t0 := time.Now()
-		if err := fn(ctx, c, p, keys, &r); err != nil {
+		if err := runnable(s, opt, p); err != nil {
+			r.Errors = append(r.Errors, err.Error())
+		} else if err := fn(ctx, c, p, keys, &r); err != nil {
 			r.Errors = append(r.Errors, s+": "+err.Error())
 		}
 		progress(opt, s, t0)
@@ -103,6 +125,33 @@ func Run(ctx context.Context, opt Options, p Params) (Report, error) {
 		}
 	}
 	return r, nil
+}
+
+// runnable says why scenario s cannot run on the cluster opt and p make,
+// or nil: checks need nodes (not Options.GossipOnly), membership changes
+// need gossip (not Params.Static).
+func runnable(s string, opt Options, p Params) error {
+	switch s {
+	case "forward", "replicate":
+		if opt.GossipOnly {
+			return fmt.Errorf("%s: needs nodes, and members run gossip only", s)
+		}
+	case "join", "leave", "crash", "partition", "restart":
+		if p.Static {
+			return fmt.Errorf("%s: needs gossip, and the members' ring is static", s)
+		}
+	}
+	return nil
+}
+
+// form starts the cluster's p.N members, in waves through gossip or
+// FormStatic.
+func form(c *Cluster, p Params) (time.Duration, error) {
+	timeout := max(p.Timeout, time.Duration(p.N)*100*time.Millisecond)
+	if p.Static {
+		return c.FormStatic(p.N, timeout)
+	}
+	return c.Form(p.N, timeout)
 }
 
 func progress(opt Options, step string, since time.Time) {
@@ -133,8 +182,12 @@ func (p Params) withDefaults() Params {
 	return p
 }
 
-// ring returns the ring m routes by.
+// ring returns the ring m routes by: with Options.GossipOnly, the ring of
+// its gossip's members.
 func (c *Cluster) ring(m *Member) (*ring.Snapshot, error) {
+	if m.Node == nil {
+		return ring.New(m.Gossip.Members(), 1, c.opt.Ring)
+	}
 	ms := m.Node.Membership()
 	return ring.New(ms.Members, ms.Version, ms.Config)
 }
@@ -173,7 +226,7 @@ func idle(ctx context.Context, c *Cluster, p Params, _ []string, r *Report) erro
 // forward sends batches of 100 random keys into random members.
 func forward(ctx context.Context, c *Cluster, p Params, keys []string, r *Report) error {
 	var err error
-	r.ForwardPerCheck, r.ForwardMsgs, err = c.ForwardCost(ctx, keys, p.Batches, 100)
+	r.ForwardPerCheck, r.ForwardCPU, r.ForwardMsgs, err = c.ForwardCost(ctx, keys, p.Batches, 100)
 	return err
 }
 

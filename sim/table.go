@@ -70,6 +70,7 @@ var rows = []row{
 	{"CPU per member, idle", func(r Report) string { return num(r.CPUPerMember*1000, "%.1f ms/s") }},
 	{"forwards per batch of 100", func(r Report) string { return num(r.ForwardMsgs, "%.1f") }},
 	{"time per check, median batch of 100", func(r Report) string { return dur(r.ForwardPerCheck) }},
+	{"CPU per check, batches of 100", func(r Report) string { return dur(r.ForwardCPU) }},
 	{"replication, whole cluster", func(r Report) string {
 		if r.ReplicaKeys == 0 {
 			return "–"
@@ -93,7 +94,11 @@ func WriteTable(w io.Writer, reports []Report) {
 	var b strings.Builder
 	b.WriteString("| figure |")
 	for _, r := range reports {
-		fmt.Fprintf(&b, " N=%d |", r.N)
+		if r.Virtual {
+			fmt.Fprintf(&b, " N=%d, virtual |", r.N)
+		} else {
+			fmt.Fprintf(&b, " N=%d |", r.N)
+		}
 	}
 	b.WriteString("\n|---|")
 	for range reports {

@@ -58,6 +58,8 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	load := fs.Float64("ring-load", 0, "ring.Config.Load (0: the default, 1.05)")
 	gossipEvery := fs.Duration("gossip-interval", 0, "gossip.Config.GossipInterval of every member (0: the default, 500 ms)")
 	gossipNodes := fs.Int("gossip-nodes", 0, "gossip.Config.GossipNodes of every member (0: the default, 3)")
+	gossipOnly := fs.Bool("gossip-only", false, "run each member's gossip without its node: agreement on member lists, no checks (sizes whose ring rebuilds the machine cannot afford)")
+	static := fs.Bool("static", false, "form with a fixed member list, no gossip: forward and replicate on a formed ring of any size")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this `file`")
 	logs := fs.Bool("logs", false, "print the nodes' warnings and errors to stderr")
 	if err := fs.Parse(args); err != nil {
@@ -71,11 +73,14 @@ func parse(args []string, stderr io.Writer) (config, error) {
 		}
 		cfg.sizes = append(cfg.sizes, n)
 	}
+	if *gossipOnly && *static {
+		return config{}, fmt.Errorf("-gossip-only and -static: one or the other")
+	}
 	if *k < 1 {
 		return config{}, fmt.Errorf("-k: %d: want at least 1 key", *k)
 	}
 	cfg.opt = sim.Options{Seed: *seed, Latency: *latency, ReplicationInterval: *repl,
-		Ring: ring.Config{PartitionCount: *parts, ReplicationFactor: *vnodes, Load: *load}}
+		Ring: ring.Config{PartitionCount: *parts, ReplicationFactor: *vnodes, Load: *load}, GossipOnly: *gossipOnly}
 	if *gossipEvery > 0 || *gossipNodes > 0 {
 		cfg.opt.Gossip = func(c *gossip.Config) { c.GossipInterval, c.GossipNodes = *gossipEvery, *gossipNodes }
 	}
@@ -86,7 +91,7 @@ func parse(args []string, stderr io.Writer) (config, error) {
 		cfg.opt.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
 	cfg.cpuProfile = *cpuProfile
-	cfg.params = sim.Params{K: *k, Window: *window, Rate: *rate, Timeout: *timeout, RingOnly: *ringOnly}
+	cfg.params = sim.Params{K: *k, Window: *window, Rate: *rate, Timeout: *timeout, RingOnly: *ringOnly, Static: *static}
 	if *scen != "" {
 		cfg.params.Scenarios = strings.Split(*scen, ",")
 	}
@@ -111,6 +116,15 @@ func run(args []string, stdout, stderr io.Writer) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
+	return runSizes(ctx, cfg, stdout, stderr, sim.Run)
+}
+
+// runner runs one size: sim.Run, or (in the tests) sim.Run inside a
+// synctest bubble.
+type runner func(ctx context.Context, opt sim.Options, p sim.Params) (sim.Report, error)
+
+// runSizes runs each size of cfg with one and writes the table.
+func runSizes(ctx context.Context, cfg config, stdout, stderr io.Writer, one runner) error {
 	var reports []sim.Report
 	for _, n := range cfg.sizes {
 		p := cfg.params
@@ -120,7 +134,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 		opt.Progress = func(step string, took time.Duration) {
 			fmt.Fprintf(stderr, "N=%d: %s took %v\n", n, step, took.Round(time.Millisecond))
 		}
-		r, err := sim.Run(ctx, opt, p)
+		r, err := one(ctx, opt, p)
 		if err != nil {
 			return fmt.Errorf("n=%d: %w", n, err)
 		}
@@ -129,6 +143,11 @@ func run(args []string, stdout, stderr io.Writer) error {
 			fmt.Fprintf(stderr, "N=%d: %s\n", n, e)
 		}
 		reports = append(reports, r)
+		if len(cfg.sizes) > 1 {
+			// Each size's figures as soon as they are known: a long run
+			// stopped later keeps them.
+			sim.WriteTable(stderr, []sim.Report{r})
+		}
 		if ctx.Err() != nil {
 			break
 		}
