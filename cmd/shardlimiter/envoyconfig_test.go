@@ -1,12 +1,14 @@
-package rlqs_test
+package main
 
 import (
 	"encoding/json"
 	"os"
+	"strings"
 	"testing"
 
 	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/rate_limit_quota/v3"
+	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ratelimit/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
@@ -18,35 +20,68 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 )
 
-// TestExampleEnvoyConfigIsValid reads examples/rlqs/envoy.yaml as Envoy
-// would: every field and every typed_config's type must exist in Envoy's
-// protos (go-control-plane), and each message, the typed configs' inside
-// included, must pass the protos' validation rules. No Envoy binary runs
-// here; this is the part of Envoy's config loading that needs none.
-func TestExampleEnvoyConfigIsValid(t *testing.T) {
-	raw, err := os.ReadFile("../../examples/rlqs/envoy.yaml")
+// TestEnvoyConfigsAreValid reads the Envoy bootstraps the repository
+// ships, examples/rlqs/envoy.yaml and the one in docs/ENVOY.md, as Envoy
+// would up to the point where it needs a binary: every field and every
+// typed_config's type must exist in Envoy's protos (go-control-plane),
+// and each message, the typed configs' insides included, must pass the
+// protos' validation rules.
+func TestEnvoyConfigsAreValid(t *testing.T) {
+	rlqs, err := os.ReadFile("../../examples/rlqs/envoy.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	var tree any
-	if err := yaml.Unmarshal(raw, &tree); err != nil {
-		t.Fatal(err)
-	}
-	js, err := json.Marshal(tree)
+	doc, err := os.ReadFile("../../docs/ENVOY.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	var b bootstrapv3.Bootstrap
-	if err := protojson.Unmarshal(js, &b); err != nil {
-		t.Fatalf("examples/rlqs/envoy.yaml is not an Envoy bootstrap: %v", err)
+	rls := yamlBlock(t, string(doc), "static_resources:")
+	for _, c := range []struct {
+		name string
+		src  []byte
+		// typed configs at least: the filters, the upstream options and,
+		// for RLQS, the matcher's inputs and action
+		least int
+	}{
+		{"examples/rlqs/envoy.yaml", rlqs, 7},
+		{"docs/ENVOY.md", []byte(rls), 4},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var tree any
+			if err := yaml.Unmarshal(c.src, &tree); err != nil {
+				t.Fatal(err)
+			}
+			js, err := json.Marshal(tree)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var b bootstrapv3.Bootstrap
+			if err := protojson.Unmarshal(js, &b); err != nil {
+				t.Fatalf("not an Envoy bootstrap: %v", err)
+			}
+			if err := b.ValidateAll(); err != nil {
+				t.Fatal(err)
+			}
+			n := validateAnys(t, b.ProtoReflect())
+			t.Logf("%d typed configs validated", n)
+			if n < c.least {
+				t.Errorf("validated %d typed configs, want at least %d", n, c.least)
+			}
+		})
 	}
-	if err := b.ValidateAll(); err != nil {
-		t.Fatalf("examples/rlqs/envoy.yaml: %v", err)
+}
+
+// yamlBlock returns the first ```yaml block of a Markdown text that
+// starts with first.
+func yamlBlock(t *testing.T, md, first string) string {
+	t.Helper()
+	for _, part := range strings.Split(md, "```yaml\n")[1:] {
+		if body, _, ok := strings.Cut(part, "```"); ok && strings.HasPrefix(body, first) {
+			return body
+		}
 	}
-	n := validateAnys(t, b.ProtoReflect())
-	if n < 5 {
-		t.Errorf("validated %d typed configs, want at least 5 (the filters, the matcher's inputs and action, the upstream options)", n)
-	}
+	t.Fatalf("no yaml block starting with %q", first)
+	return ""
 }
 
 // validateAnys unpacks every Any below m, validates what it holds, and
