@@ -449,12 +449,7 @@ func (n *Node) rebuild(members []ring.Member) error {
 	if from != nil {
 		n.mv.markReplicaMoves(from, v)
 	}
-	if snap.Len() > 1 {
-		n.clustered = true
-		if n.mv.takeRestored() && restorePush {
-			n.mv.restorePushes(v)
-		}
-	}
+	n.noteCluster(v, restorePush)
 	// Changes are tracked only while there is someone to replicate to.
 	track := n.cfg.ReplicationInterval > 0 && snap.Len() > 1
 	for _, l := range n.limiters {
@@ -466,6 +461,27 @@ func (n *Node) rebuild(members []ring.Member) error {
 	n.log.Info("ring rebuilt", "version", snap.Version(), "members", snap.Len())
 	wake(n.readyWake)
 	return nil
+}
+
+// noteCluster does what the snapshots need of a rebuild to v: the members
+// of a ring this node decides in with others are recorded; at the
+// first ring with other members, the partitions of members not back since
+// a stop are counted (noteAbsentOwners), and restored keys others own are
+// sent to them (restorePushes, when restorePush). rebuildMu is held.
+func (n *Node) noteCluster(v *view, restorePush bool) {
+	if v.snap.Len() <= 1 {
+		return
+	}
+	if v.self >= 0 && !n.leaving.Load() && (n.cfg.Gossip == nil || n.cfg.Gossip.Joined()) {
+		n.mv.dur.noteMembers(v.snap)
+	}
+	if !n.clustered {
+		n.mv.noteAbsentOwners(v)
+	}
+	n.clustered = true
+	if n.mv.takeRestored() && restorePush {
+		n.mv.restorePushes(v)
+	}
 }
 
 // newView builds the view of a ring of members, with the next version.
