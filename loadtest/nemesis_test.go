@@ -97,7 +97,7 @@ func TestJudgeFindsOverAdmission(t *testing.T) {
 		at := func(ms int64, admitted bool) {
 			send := start + ms*int64(time.Millisecond)
 			rec.Add(nemesis.Call{Send: send, Recv: send + int64(time.Millisecond), Node: 1}, []int{0},
-				[]limit.Result{{Decision: limit.Decision{Allowed: admitted}}})
+				[]limit.Result{{Decision: limit.Decision{Allowed: admitted}, Owner: "loadtest-2"}})
 		}
 		for i := range int64(40) {
 			at(2000+i, true)
@@ -121,6 +121,9 @@ func TestJudgeFindsOverAdmission(t *testing.T) {
 			j.Run(rep)
 			if rep.OverAdmittedHits != 18 || rep.OverUncounted != tc.uncounted || rep.OverCounted != 18-tc.uncounted {
 				t.Errorf("over %d (uncounted %d, counted %d), want 18 (%d, %d)", rep.OverAdmittedHits, rep.OverUncounted, rep.OverCounted, tc.uncounted, 18-tc.uncounted)
+			}
+			if tc.uncounted > 0 && (len(rep.UncountedKeys) != 1 || !strings.HasSuffix(rep.UncountedKeys[0], "(admitted by node 2 40)")) {
+				t.Errorf("uncounted keys %q, want the span's 40 admitted checks, all by node 2", rep.UncountedKeys)
 			}
 			if rep.Checks != 60 || rep.AdmittedHits != 50 || rep.RejectedHits != 10 {
 				t.Errorf("checks %d, admitted %d, rejected %d; want 60, 50, 10", rep.Checks, rep.AdmittedHits, rep.RejectedHits)
