@@ -456,6 +456,9 @@ func (n *Node) rebuild(members []ring.Member) error {
 		l.TrackChanges(track)
 	}
 	n.peers.retain(snap.Members())
+	if old != nil && gained(old.snap, snap) {
+		n.peers.resume()
+	}
 	n.m.ringMembers.Set(float64(snap.Len()))
 	n.m.ringRebuilds.Inc()
 	n.log.Info("ring rebuilt", "version", snap.Version(), "members", snap.Len())
@@ -482,6 +485,16 @@ func (n *Node) noteCluster(v *view, restorePush bool) {
 	if n.mv.takeRestored() && restorePush {
 		n.mv.restorePushes(v)
 	}
+}
+
+// gained reports whether cur has a member that old has not.
+func gained(old, cur *ring.Snapshot) bool {
+	for i := range cur.Len() {
+		if old.IndexOf(cur.Member(i).Name) < 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // newView builds the view of a ring of members, with the next version.

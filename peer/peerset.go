@@ -146,6 +146,21 @@ func (s *peerSet) retain(members []ring.Member) {
 	}
 }
 
+// resume lifts every peer's forwarding suspension. A ring that gains a
+// member is what the end of a partition looks like: the peers that were
+// cut off with it answer again, but a suspension (up to 20 × PeerBackoff)
+// would keep their checks, and the pulls from them, on the stand-in or the
+// fail policy, counted as fallbacks, for up to 2 s after the heal. A peer
+// still unreachable costs one forward's timeout before it is suspended
+// again.
+func (s *peerSet) resume() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, pc := range s.clients {
+		pc.down.lift()
+	}
+}
+
 // closeLocked closes pc's link off the lock: Close waits for the link's
 // calls in flight, and nothing slow may run under s.mu.
 func (s *peerSet) closeLocked(pc *peerClient) {

@@ -53,3 +53,11 @@ func (s *suspension) failed(now int64) (first bool) {
 func (s *suspension) succeeded() (recovered bool) {
 	return s.backoff.Load() != 0 && s.backoff.Swap(0) != 0
 }
+
+// lift ends the suspension at once, as a success would: the next forward
+// is sent, and a failure starts the back-off from first again. Called when
+// membership news says the peer's network may be back (Node.rebuild).
+func (s *suspension) lift() {
+	s.until.Store(0)
+	s.backoff.Store(0)
+}

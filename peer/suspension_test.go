@@ -3,6 +3,9 @@ package peer
 import (
 	"testing"
 	"time"
+
+	"github.com/shardlimiter/shardlimiter/internal/poll"
+	"github.com/shardlimiter/shardlimiter/ring"
 )
 
 // TestSuspensionSteps walks one peer's back-off through named instants:
@@ -50,4 +53,58 @@ func TestSuspensionSteps(t *testing.T) {
 			t.Fatalf("%s: allow(%dms) = %v, want %v", st.name, st.at, got, st.want)
 		}
 	}
+}
+
+// TestSuspensionLift: lift ends a suspension at once and resets the
+// back-off, as an answer would.
+func TestSuspensionLift(t *testing.T) {
+	const ms = int64(time.Millisecond)
+	s := newSuspension(100 * time.Millisecond)
+	for _, at := range []int64{0, 100, 300, 700} {
+		s.failed(at * ms) // 100, 200, 400, 800 ms
+	}
+	if s.allow(800 * ms) {
+		t.Fatal("allow(800ms) after four failures = true, want suspended until 1500ms")
+	}
+	s.lift()
+	if !s.allow(800 * ms) {
+		t.Fatal("allow(800ms) after lift = false, want true")
+	}
+	s.failed(900 * ms)
+	if s.allow(999*ms) || !s.allow(1000*ms) {
+		t.Errorf("after lift, the next failure suspends for %v, want 100ms again", time.Duration(s.backoff.Load()))
+	}
+}
+
+// TestRingGainLiftsSuspensions: a peer suspended after failed forwards is
+// forwarded to again as soon as the ring gains a member (what the end of a
+// partition looks like), not when its back-off ends; a ring that only
+// loses a member leaves the suspension as it is.
+func TestRingGainLiftsSuspensions(t *testing.T) {
+	t.Parallel()
+	c := newMemCluster(t, 3, Config{PeerBackoff: time.Hour})
+	nodes := c.running()
+	entry, peer := nodes[0], nodes[1]
+	m := ring.Member{Name: peer.name, Addr: peer.addr}
+	suspend := func() {
+		pc, err := entry.node.peers.client(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pc.down.failed(entry.node.peers.now())
+		if entry.node.peers.allowed(m) {
+			t.Fatal("a peer that just failed is allowed")
+		}
+	}
+	suspend()
+	c.crash(nodes[2])
+	c.signal()
+	c.waitConverged()
+	if entry.node.peers.allowed(m) {
+		t.Error("a ring that lost a member lifted the suspension of another")
+	}
+	c.add()
+	// The ring is stored before the rebuild lifts the suspensions.
+	poll.Until(t, 5*time.Second, func() bool { return entry.node.peers.allowed(m) },
+		"a ring that gained a member lifts a peer's suspension (of an hour)")
 }
