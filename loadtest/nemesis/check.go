@@ -264,6 +264,9 @@ func (c *Judge) recovery() {
 				}
 			}
 			f.Recovery = fmt.Sprintf("never %d s in a row without failed calls, item errors, counted fallbacks or over-admission before the end of the run (%d faults started after it)", exactRun, later)
+			if last := c.lastInexact(); last >= 0 {
+				f.Recovery += fmt.Sprintf("; the last window not exact, [%ds, %ds): %s", last, last+1, c.win[last].signs())
+			}
 			continue
 		}
 		at := float64(k) * checkWindow.Seconds()
@@ -283,6 +286,16 @@ func (c *Judge) recovery() {
 			f.Recovery += fmt.Sprintf("; faults started meanwhile: %v", during)
 		}
 	}
+}
+
+// lastInexact returns the last window that is not exact, -1 when none.
+func (c *Judge) lastInexact() int {
+	for k := len(c.win) - 1; k >= 0; k-- {
+		if !c.win[k].exact() {
+			return k
+		}
+	}
+	return -1
 }
 
 // Key is the key furthest over its bound.
