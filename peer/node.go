@@ -106,7 +106,7 @@ type Config struct {
 	Peers Dialer
 	// PeerBackoff is how long forwarding to a peer is suspended after a
 	// forward to it timed out or was refused (its checks go to the fail
-	// policy meanwhile); it doubles on each further failure, up to 20×,
+	// policy meanwhile); it doubles on each further failure, up to 10×,
 	// and resets on a success. 0 means 100 ms. Longer spares clients more
 	// timeouts while a peer is dead; shorter returns to a recovered peer
 	// sooner.
