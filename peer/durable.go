@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/shardlimiter/shardlimiter/limit"
+	"github.com/shardlimiter/shardlimiter/ring"
 	"github.com/shardlimiter/shardlimiter/snapshot"
 )
 
@@ -63,6 +65,15 @@ type durable struct {
 	restored atomic.Bool
 	mu       sync.Mutex // serializes writes
 	m        durableMetrics
+	// members: the names of the last ring this node decided in with its
+	// cluster (joined, not leaving), written beside the snapshot when it
+	// changed (membersWritten, guarded by mu). stopMembers: the ones the
+	// restored file's node had when it stopped, until the first ring with
+	// other members has been compared with them (noteAbsentOwners;
+	// guarded by the node's rebuildMu after Restore).
+	members        atomic.Pointer[[]string]
+	membersWritten []string
+	stopMembers    []string
 	// The last write, for ClusterInfo; guarded by statMu (not mu, which a
 	// write holds for its whole length). lastKeys starts as the restored
 	// file's record count (the file on disk until the first write).
@@ -193,11 +204,96 @@ func (mv *mover) restore() error {
 	if loaded > 0 {
 		d.restored.Store(true)
 	}
+	mv.loadMembers()
 	d.statMu.Lock()
 	d.lastKeys = int(info.Records)
 	d.statMu.Unlock()
 	mv.log.Info("snapshot: restored", "path", path, "records", info.Records, "age", time.Duration(now-info.WrittenAt).Round(time.Millisecond), "took", time.Since(start).Round(time.Millisecond))
 	return nil
+}
+
+// loadMembers reads the members the restored snapshot's node had when it
+// stopped (noteAbsentOwners). Without the file (a node that never decided
+// in a cluster, or a state dir of an older version) nothing is compared.
+func (mv *mover) loadMembers() {
+	d := mv.dur
+	names, err := snapshot.LoadMembers(d.dir, d.name)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+	case err != nil:
+		mv.log.Warn("snapshot: members file unreadable; partitions of members not back after a stop of every node are not told apart", "err", err)
+	default:
+		d.stopMembers = names
+		d.membersWritten = names
+	}
+}
+
+// noteMembers records the members of a ring this node decides in with its
+// cluster; a change is written with the next snapshot.
+func (d *durable) noteMembers(snap *ring.Snapshot) {
+	if d == nil {
+		return
+	}
+	names := make([]string, snap.Len())
+	for i := range names {
+		names[i] = snap.Member(i).Name
+	}
+	if old := d.members.Load(); old == nil || !slices.Equal(*old, names) {
+		d.members.Store(&names)
+		d.changed()
+	}
+}
+
+// noteAbsentOwners runs at the first rebuild with other members after a
+// restore. The partitions cur gives this node whose owner, in the ring the
+// restored file's node had when it stopped, is not in cur are decided from
+// the copies held here (the replicas, restored): when every node stopped,
+// their newest state is in the absent owner's snapshot alone (its last
+// replication rounds or its leave's pushes may not have landed: a slow
+// link), so until that owner rejoins and merges it, each such key can admit
+// again what the owner had counted beyond the copy here. That is a
+// decision from the replica, counted as one (or as an incomplete handoff
+// without replication) and logged. Rebuilds under rebuildMu.
+func (mv *mover) noteAbsentOwners(cur *view) {
+	d := mv.dur
+	if d == nil || d.stopMembers == nil || cur.self < 0 {
+		return
+	}
+	stop := d.stopMembers
+	d.stopMembers = nil
+	var absent []string
+	ms := make([]ring.Member, len(stop))
+	for i, name := range stop {
+		ms[i] = ring.Member{Name: name}
+		if cur.snap.IndexOf(name) < 0 {
+			absent = append(absent, name)
+		}
+	}
+	if len(absent) == 0 {
+		return
+	}
+	was, err := ring.New(ms, 0, mv.cfg.Ring)
+	if err != nil || was.Partitions() != cur.snap.Partitions() {
+		return
+	}
+	parts := 0
+	for p := range cur.snap.Partitions() {
+		if cur.snap.PartitionOwner(p) == cur.self && slices.Contains(absent, was.Member(was.PartitionOwner(p)).Name) {
+			parts++
+		}
+	}
+	if parts == 0 {
+		return
+	}
+	counter := "shardlimiter_handoff_replica_fallbacks_total"
+	if mv.cfg.ReplicationInterval > 0 {
+		mv.m.replicaFallbacks.Inc()
+	} else {
+		mv.m.handoffIncomplete.Inc()
+		counter = "shardlimiter_handoff_incomplete_total"
+	}
+	mv.log.Warn("handoff: partitions of members not back since they stopped are decided from the copies held here until those members rejoin (their newest state is in their snapshots)",
+		"absent", absent, "partitions", parts, "counted_in", counter)
 }
 
 // loadFailed handles a snapshot that could not be loaded: none is a first
@@ -282,6 +378,12 @@ func (mv *mover) snapshotNow() (keys int, took time.Duration, err error) {
 	}
 	start := time.Now()
 	now := mv.cfg.Now().UnixNano()
+	var merr error // the members file's: a failed write too
+	if m := d.members.Load(); m != nil && !slices.Equal(*m, d.membersWritten) {
+		if merr = snapshot.WriteMembers(d.dir, d.name, *m); merr == nil {
+			d.membersWritten = *m
+		}
+	}
 	info, err := snapshot.Write(d.dir, d.name, now, func(w *snapshot.Writer) error {
 		var werr error
 		for a, l := range mv.host.tables() {
@@ -299,6 +401,9 @@ func (mv *mover) snapshotNow() (keys int, took time.Duration, err error) {
 		return mv.leases.exportAll(w.Write)
 	})
 	took = max(time.Since(start), 1)
+	if err == nil {
+		err = merr
+	}
 	if err != nil {
 		d.dirty.Store(true)
 		d.m.writeErrors.Inc()

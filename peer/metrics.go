@@ -112,7 +112,7 @@ func (m *metrics) initMoving() []prometheus.Collector {
 	})
 	m.replicaFallbacks = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "shardlimiter_handoff_replica_fallbacks_total",
-		Help: "Pulls whose old owner did not answer (it crashed) and that took the partitions' replica instead, from its holder or held here: the state lags the old owner by at most one replication interval.",
+		Help: "Pulls whose old owner did not answer (it crashed) and that took the partitions' replica instead, from its holder or held here: the state lags the old owner by at most one replication interval; and restarts from a snapshot that decide, from the replicas restored, partitions of members not back since every node stopped.",
 	})
 	handoffWait := prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "shardlimiter_handoff_wait_seconds",

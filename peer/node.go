@@ -108,7 +108,7 @@ type Config struct {
 	Peers Dialer
 	// PeerBackoff is how long forwarding to a peer is suspended after a
 	// forward to it timed out or was refused (its checks go to the fail
-	// policy meanwhile); it doubles on each further failure, up to 20×,
+	// policy meanwhile); it doubles on each further failure, up to 10×,
 	// and resets on a success. 0 means 100 ms. Longer spares clients more
 	// timeouts while a peer is dead; shorter returns to a recovered peer
 	// sooner.
@@ -451,23 +451,52 @@ func (n *Node) rebuild(members []ring.Member) error {
 	if from != nil {
 		n.mv.markReplicaMoves(from, v)
 	}
-	if snap.Len() > 1 {
-		n.clustered = true
-		if n.mv.takeRestored() && restorePush {
-			n.mv.restorePushes(v)
-		}
-	}
+	n.noteCluster(v, restorePush)
 	// Changes are tracked only while there is someone to replicate to.
 	track := n.cfg.ReplicationInterval > 0 && snap.Len() > 1
 	for _, l := range n.limiters {
 		l.TrackChanges(track)
 	}
 	n.peers.retain(snap.Members())
+	if old != nil && gained(old.snap, snap) {
+		n.peers.resume()
+	}
 	n.m.ringMembers.Set(float64(snap.Len()))
 	n.m.ringRebuilds.Inc()
 	n.log.Info("ring rebuilt", "version", snap.Version(), "members", snap.Len())
 	wake(n.readyWake)
 	return nil
+}
+
+// noteCluster does what the snapshots need of a rebuild to v: the members
+// of a ring this node decides in with others are recorded; at the
+// first ring with other members, the partitions of members not back since
+// a stop are counted (noteAbsentOwners), and restored keys others own are
+// sent to them (restorePushes, when restorePush). rebuildMu is held.
+func (n *Node) noteCluster(v *view, restorePush bool) {
+	if v.snap.Len() <= 1 {
+		return
+	}
+	if v.self >= 0 && !n.leaving.Load() && (n.cfg.Gossip == nil || n.cfg.Gossip.Joined()) {
+		n.mv.dur.noteMembers(v.snap)
+	}
+	if !n.clustered {
+		n.mv.noteAbsentOwners(v)
+	}
+	n.clustered = true
+	if n.mv.takeRestored() && restorePush {
+		n.mv.restorePushes(v)
+	}
+}
+
+// gained reports whether cur has a member that old has not.
+func gained(old, cur *ring.Snapshot) bool {
+	for i := range cur.Len() {
+		if old.IndexOf(cur.Member(i).Name) < 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // newView builds the view of a ring of members, with the next version.

@@ -52,17 +52,18 @@ func (s *peerSet) forward(ctx context.Context, owner ring.Member, checks []limit
 	if !pc.down.allow(s.now()) {
 		return nil, errSuspended
 	}
+	sent := s.now()
 	out, err := pc.link.Forward(ctx, checks, standin)
 	switch {
 	case err == nil:
-		if pc.down.succeeded() {
+		if pc.down.succeeded(sent) {
 			s.log.Info("peer answers again", "peer", owner.Name, "addr", pc.addr)
 		}
 	case ctx.Err() == nil && (errors.Is(err, transport.ErrTimeout) || errors.Is(err, transport.ErrUnavailable)):
 		// The time of the failure, not of the send. Logged once per outage:
 		// the first failure after an answer (a refused TLS handshake shows
 		// here, with the reason, on the forwarding side).
-		if pc.down.failed(s.now()) {
+		if pc.down.failed(s.now(), sent) {
 			s.log.Warn(s.suspendedMsg(standin), "peer", owner.Name, "addr", pc.addr, "err", err)
 		}
 	}
@@ -143,6 +144,22 @@ func (s *peerSet) retain(members []ring.Member) {
 			delete(s.clients, name)
 			s.closeLocked(pc)
 		}
+	}
+}
+
+// resume lifts every peer's forwarding suspension. A ring that gains a
+// member is what the end of a partition looks like: the peers that were
+// cut off with it answer again, but a suspension (up to 10 × PeerBackoff)
+// would keep their checks, and the pulls from them, on the stand-in or the
+// fail policy, counted as fallbacks, for up to 1 s after the heal. A peer
+// still unreachable costs one forward's timeout before it is suspended
+// again.
+func (s *peerSet) resume() {
+	now := s.now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, pc := range s.clients {
+		pc.down.lift(now)
 	}
 }
 

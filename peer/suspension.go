@@ -22,12 +22,19 @@ type suspension struct {
 	first   int64        // ns; > 0
 	until   atomic.Int64 // Unix ns before which forwarding is suspended
 	backoff atomic.Int64 // the last suspension's length, ns; 0 after a success
+	// fresh: Unix ns. A forward sent before it that fails tells nothing of
+	// the peer now: a later send was answered, or the suspension was lifted
+	// since (a forward sent into a partition times out after the heal).
+	fresh atomic.Int64
 }
 
 // maxBackoffFactor caps a peer's suspension at this many times the first
 // one. Gossip declares a dead peer in ~3 s; until then the suspension keeps
-// one unreachable owner from costing every check a timeout.
-const maxBackoffFactor = 20
+// one unreachable owner from costing every check a timeout. The cap is
+// also how long a peer that answers again may wait for its probe: at 20
+// (2 s), a forward sent just before a heal timed out after it and kept the
+// healed peer's checks on the stand-in for 2.8 s.
+const maxBackoffFactor = 10
 
 func newSuspension(first time.Duration) *suspension {
 	return &suspension{first: int64(first)}
@@ -36,10 +43,14 @@ func newSuspension(first time.Duration) *suspension {
 // allow reports whether a forward may be sent at now.
 func (s *suspension) allow(now int64) bool { return now >= s.until.Load() }
 
-// failed records a forward that timed out or was refused at now.
-// It reports whether this failure follows an answer (or is the first): the
-// start of an outage.
-func (s *suspension) failed(now int64) (first bool) {
+// failed records a forward sent at sent that timed out or was refused at
+// now. It reports whether this failure follows an answer (or is the
+// first): the start of an outage. A forward sent before the last answered
+// one, or before a lift, changes nothing.
+func (s *suspension) failed(now, sent int64) (first bool) {
+	if sent < s.fresh.Load() {
+		return false
+	}
 	prev := s.backoff.Load()
 	b := min(max(2*prev, s.first), maxBackoffFactor*s.first)
 	s.backoff.Store(b)
@@ -47,9 +58,23 @@ func (s *suspension) failed(now int64) (first bool) {
 	return prev == 0
 }
 
-// succeeded records a forward that was answered: the next failure starts
-// the back-off from first again. It reports whether this ends an outage.
-// The common case, no outage, only reads.
-func (s *suspension) succeeded() (recovered bool) {
-	return s.backoff.Load() != 0 && s.backoff.Swap(0) != 0
+// succeeded records a forward sent at sent that was answered: the next
+// failure starts the back-off from first again. It reports whether this
+// ends an outage. The common case, no outage, only reads.
+func (s *suspension) succeeded(sent int64) (recovered bool) {
+	if s.backoff.Load() == 0 {
+		return false
+	}
+	for f := s.fresh.Load(); f < sent && !s.fresh.CompareAndSwap(f, sent); f = s.fresh.Load() {
+	}
+	return s.backoff.Swap(0) != 0
+}
+
+// lift ends the suspension at once, as a success would: the next forward
+// is sent, and a failure starts the back-off from first again. Called when
+// membership news says the peer's network may be back (Node.rebuild).
+func (s *suspension) lift(now int64) {
+	s.fresh.Store(now)
+	s.until.Store(0)
+	s.backoff.Store(0)
 }

@@ -114,14 +114,15 @@ func Load(dir, node string, fn func(ks limit.KeyState) error) (Info, error) {
 	return info, err
 }
 
-// RemoveTemp removes the temporary files a write of node's snapshot in dir
-// left behind (a crash during the write), and returns how many it removed.
+// RemoveTemp removes the temporary files a write of node's snapshot (or of
+// its members file) in dir left behind (a crash during the write), and
+// returns how many it removed.
 func RemoveTemp(dir, node string) int {
 	entries, _ := os.ReadDir(dir)
-	prefix := filepath.Base(Path(dir, node)) + ".tmp-"
+	prefix, members := filepath.Base(Path(dir, node))+".tmp-", filepath.Base(MembersPath(dir, node))+".tmp-"
 	removed := 0
 	for _, e := range entries {
-		if strings.HasPrefix(e.Name(), prefix) && os.Remove(filepath.Join(dir, e.Name())) == nil {
+		if (strings.HasPrefix(e.Name(), prefix) || strings.HasPrefix(e.Name(), members)) && os.Remove(filepath.Join(dir, e.Name())) == nil {
 			removed++
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/shardlimiter/shardlimiter/limit"
@@ -31,8 +32,35 @@ const (
 // windowStat is what happened in one window.
 type windowStat struct {
 	over, failedCalls, itemErrors int64
-	counted                       bool // a counted fallback rose near it
+	counted                       bool   // a counted fallback rose near it
+	counters                      uint16 // which: bit i for Counters[i], the top bit for a logged one
 }
+
+// signs says what kept w from being exact, for the recovery's report.
+func (w *windowStat) signs() string {
+	var out []string
+	if w.over > 0 {
+		out = append(out, fmt.Sprintf("%d hits over", w.over))
+	}
+	if w.failedCalls > 0 {
+		out = append(out, fmt.Sprintf("%d failed calls", w.failedCalls))
+	}
+	if w.itemErrors > 0 {
+		out = append(out, fmt.Sprintf("%d item errors", w.itemErrors))
+	}
+	for i, name := range Counters {
+		if w.counters&(1<<i) != 0 {
+			out = append(out, strings.TrimSuffix(strings.TrimPrefix(name, "shardlimiter_"), "_total"))
+		}
+	}
+	if w.counters&loggedBit != 0 {
+		out = append(out, "a logged fallback")
+	}
+	return strings.Join(out, ", ")
+}
+
+// loggedBit is windowStat.counters' bit for a rise read from a log.
+const loggedBit = 1 << 15
 
 func (w *windowStat) exact() bool {
 	return w.over == 0 && w.failedCalls == 0 && w.itemErrors == 0 && !w.counted
@@ -107,8 +135,13 @@ func (c *Judge) markCounted() {
 		// not exact; the longer reach of a given-up handoff is for the
 		// spans' attribution (intervals.go), not for recovery.
 		if _, _, ok := r.reach(); ok {
+			bit := uint16(loggedBit)
+			if r.Counter >= 0 && r.Counter < 15 {
+				bit = 1 << r.Counter
+			}
 			for k := c.window(r.From - int64(countSlack)); k <= c.window(r.To+int64(countSlack)); k++ {
 				c.win[k].counted = true
+				c.win[k].counters |= bit
 			}
 		}
 	}
@@ -231,12 +264,18 @@ func (c *Judge) recovery() {
 				}
 			}
 			f.Recovery = fmt.Sprintf("never %d s in a row without failed calls, item errors, counted fallbacks or over-admission before the end of the run (%d faults started after it)", exactRun, later)
+			if last := c.lastInexact(); last >= 0 {
+				f.Recovery += fmt.Sprintf("; the last window not exact, [%ds, %ds): %s", last, last+1, c.win[last].signs())
+			}
 			continue
 		}
 		at := float64(k) * checkWindow.Seconds()
 		f.RecoveryS = new(float64)
 		*f.RecoveryS = max(at-f.EndS, 0)
 		f.Recovery = fmt.Sprintf("exact from %.0fs", at)
+		if first := c.window(c.Start + int64(f.EndS*1e9)); k > first {
+			f.Recovery += fmt.Sprintf("; the last window not exact, [%ds, %ds): %s", k-1, k, c.win[k-1].signs())
+		}
 		var during []string
 		for _, g := range c.Faults {
 			if g.StartS > f.EndS && g.StartS < at {
@@ -247,6 +286,16 @@ func (c *Judge) recovery() {
 			f.Recovery += fmt.Sprintf("; faults started meanwhile: %v", during)
 		}
 	}
+}
+
+// lastInexact returns the last window that is not exact, -1 when none.
+func (c *Judge) lastInexact() int {
+	for k := len(c.win) - 1; k >= 0; k-- {
+		if !c.win[k].exact() {
+			return k
+		}
+	}
+	return -1
 }
 
 // Key is the key furthest over its bound.

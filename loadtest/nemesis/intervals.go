@@ -2,6 +2,7 @@ package nemesis
 
 import (
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -75,6 +76,7 @@ type keyOver struct {
 	all, uncounted, outside int64
 	byKind                  map[string]int64
 	example                 string // the worst uncounted span
+	exS, exE                int    // its ticks
 }
 
 // scanKey finds key k's over-admitted spans among its checks recs.
@@ -115,7 +117,33 @@ func (c *Judge) scanKey(k int, recs []checkRec) keyOver {
 			}
 		}
 	}
+	if ko.example != "" {
+		ko.example += deciders(recs, c.tickTime(ko.exS), c.tickTime(ko.exE))
+	}
 	return ko
+}
+
+// deciders names the nodes that decided the admitted checks of recs sent
+// from s on and answered before e: more than one, outside a counted
+// fallback, is two nodes deciding one key.
+func deciders(recs []checkRec, s, e int64) string {
+	var by [256]int
+	for _, r := range recs {
+		if r.flags&ckAdmitted != 0 && r.send >= s && r.recv() < e {
+			by[r.owner]++
+		}
+	}
+	var parts []string
+	for o, n := range by {
+		if n > 0 {
+			name := fmt.Sprintf("node %d", o)
+			if o == 0 {
+				name = "unknown"
+			}
+			parts = append(parts, fmt.Sprintf("%s %d", name, n))
+		}
+	}
+	return " (admitted by " + strings.Join(parts, ", ") + ")"
 }
 
 // noteSpan records an over-admitted span [s, e) of key k; a recent one
@@ -130,6 +158,7 @@ func (c *Judge) noteSpan(ko *keyOver, k, s, e int, over int64, recent bool) {
 	if !anyIn(c.countedPre, s, e) && over > ko.uncounted {
 		ko.uncounted = over
 		ko.example = fmt.Sprintf("%s: %d hits over in [%.1fs, %.1fs)", c.Keys.Names[k], over, c.secs(c.tickTime(s)), c.secs(c.tickTime(e)))
+		ko.exS, ko.exE = s, e
 	}
 	inAny := false
 	for kind, pre := range c.faultPre {

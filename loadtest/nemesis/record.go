@@ -2,6 +2,7 @@ package nemesis
 
 import (
 	"fmt"
+	"strconv"
 	"sync"
 
 	"github.com/shardlimiter/shardlimiter/limit"
@@ -37,6 +38,7 @@ type checkRec struct {
 	lat   uint32
 	flags uint8
 	node  uint8 // 1-based target
+	owner uint8 // the node that decided it, from its answer's owner (by the number its name ends in); 0 unknown
 }
 
 func (c checkRec) recv() int64 { return c.send + int64(c.lat) }
@@ -116,10 +118,27 @@ func (r *Recorder) Add(c Call, keys []int, res []limit.Result) bool {
 		case res[i].Allowed:
 			rec.flags = ckAdmitted
 		}
+		if !c.Failed && i < len(res) {
+			rec.owner = ownerNumber(res[i].Owner)
+		}
 		m := &r.mu[k%recorderShards]
 		m.Lock()
 		r.checks[k] = append(r.checks[k], rec)
 		m.Unlock()
 	}
 	return ok
+}
+
+// ownerNumber is the number a node's name ends in ("loadtest-2": 2), 0 when
+// it ends in none or one over 255.
+func ownerNumber(name string) uint8 {
+	i := len(name)
+	for i > 0 && name[i-1] >= '0' && name[i-1] <= '9' {
+		i--
+	}
+	n, err := strconv.Atoi(name[i:])
+	if err != nil || n > 255 {
+		return 0
+	}
+	return uint8(n)
 }

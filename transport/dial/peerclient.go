@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
@@ -156,6 +157,15 @@ func (c *PeerClient) Forward(ctx context.Context, checks []limit.Check) ([]limit
 	cl, err := newCall(checks)
 	if err != nil {
 		return failAll(len(checks), c.wrap(err))
+	}
+	// A connection whose last dial failed (the peer was unreachable: a
+	// partition, since healed) fails every call at once with that error
+	// until its backoff ends, up to 2 s. Dial again now: this forward may
+	// still fail, but the next one (the forwarding suspension's probe,
+	// peer/suspension.go, within 1 s) finds the connection made. Seen: a
+	// healed peer's checks went to its stand-in for 2 s after the heal.
+	if c.conn.GetState() == connectivity.TransientFailure {
+		c.conn.ResetConnectBackoff()
 	}
 	c.mu.Lock()
 	if c.closed {

@@ -14,6 +14,7 @@ import (
 	"github.com/shardlimiter/shardlimiter/transport/transporttest"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/connectivity"
 
 	"github.com/shardlimiter/shardlimiter/internal/poll"
@@ -256,4 +257,39 @@ func TestStreamShed(t *testing.T) {
 	if n := len(checker.Got()); n != 2 {
 		t.Errorf("batches decided = %d, want 2", n)
 	}
+}
+
+// TestPeerClientRedialsAfterAnOutage: a peer unreachable when the client
+// dialed leaves the connection in TransientFailure with a reconnect
+// backoff (here a minute); once the peer listens, a forward dials again at
+// once, so forwards are answered again within a retry or two, not after
+// the backoff (a partition's heal: peer/suspension.go's probes).
+func TestPeerClientRedialsAfterAnOutage(t *testing.T) {
+	t.Parallel()
+	addr := closedAddr(t)
+	c, err := NewPeerClient(addr, PeerConfig{MaxInFlight: 1, Timeout: 500 * time.Millisecond, DialOptions: []grpc.DialOption{
+		grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.Config{BaseDelay: time.Minute, Multiplier: 1, MaxDelay: time.Minute}, MinConnectTimeout: time.Second}),
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	ctx := ctxTimeout(t)
+	if _, err := c.Forward(ctx, []limit.Check{mkCheck("a", 1)}); err == nil {
+		t.Fatal("Forward to an address nothing listens on succeeded")
+	}
+	poll.Until(t, 10*time.Second, func() bool { return c.conn.GetState() == connectivity.TransientFailure }, "%s", "the dial failed")
+
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := server.NewPeerListener(server.Config{})
+	srv.RegisterChecks(&pb.Peers_ServiceDesc, &fakeChecker{Owner: "back"}, server.Peers)
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+	poll.Until(t, 5*time.Second, func() bool {
+		res, err := c.Forward(ctx, []limit.Check{mkCheck("b", 1)})
+		return err == nil && res[0].Owner == "back"
+	}, "%s", "a forward answered by the peer now listening, before the minute's backoff")
 }
