@@ -75,7 +75,7 @@ var allowed = map[string][]string{
 	"peer/replicamove": {"ring"},
 	// The rules of leases that do not depend on the node: what is
 	// leasable, a grant's TTL and size, a lessee's answers.
-	"peer/leasing": {"limit", "window"},
+	"peer/leasing": {"limit", "window", "internal/statebytes"},
 
 	// transport's codec: the protobuf wire format from and into limit's
 	// types; the generated messages stay out of it.

@@ -1,8 +1,10 @@
 // Package statebytes reads the fields of one key's encoded state, the bytes
 // a leaf algorithm package (bucket, window) exports for handoff and
-// replication and decodes on import: single bytes, minimal uvarints and
-// little-endian float64s, with the first error kept so that a decoder reads
+// replication and decodes on import: single bytes, minimal uvarints (signed,
+// counts and length-prefixed strings too) and little-endian float64s, with the first error kept so that a decoder reads
 // every field and checks once.
+//
+// Lease records (peer/leasing) are read with it too.
 //
 // It is a leaf package: standard library only.
 package statebytes
@@ -64,6 +66,38 @@ func (r *Reader) Uvarint() uint64 {
 	}
 	r.b = r.b[n:]
 	return x
+}
+
+// Varint reads a minimal zig-zag varint (a signed value; see Uvarint).
+func (r *Reader) Varint() int64 {
+	u := r.Uvarint()
+	return int64(u>>1) ^ -int64(u&1)
+}
+
+// Int reads a minimal uvarint that must fit a non-negative int64.
+func (r *Reader) Int() int64 {
+	u := r.Uvarint()
+	if u > math.MaxInt64 {
+		r.fail("a count out of range")
+		return 0
+	}
+	return int64(u)
+}
+
+// String reads a length (a minimal uvarint) and that many bytes, at most
+// limit of them.
+func (r *Reader) String(limit int) string {
+	n := r.Uvarint()
+	if r.err != nil {
+		return ""
+	}
+	if n > uint64(limit) || n > uint64(len(r.b)) {
+		r.fail(fmt.Sprintf("a string of %d bytes", n))
+		return ""
+	}
+	s := string(r.b[:n])
+	r.b = r.b[n:]
+	return s
 }
 
 // Float64 reads a float64 as its 8 bytes of IEEE 754 bits, little endian.

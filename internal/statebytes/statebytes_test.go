@@ -31,6 +31,26 @@ func TestReadsEachField(t *testing.T) {
 	}
 }
 
+func TestReadsSignedCountsAndStrings(t *testing.T) {
+	b := binary.AppendVarint(nil, -12345)
+	b = binary.AppendUvarint(b, math.MaxInt64)
+	b = binary.AppendUvarint(b, 3)
+	b = append(b, "abc"...)
+	r := NewReader(b, errBad)
+	if got := r.Varint(); got != -12345 {
+		t.Errorf("Varint = %d, want -12345", got)
+	}
+	if got := r.Int(); got != math.MaxInt64 {
+		t.Errorf("Int = %d, want %d", got, int64(math.MaxInt64))
+	}
+	if got := r.String(3); got != "abc" {
+		t.Errorf("String(3) = %q, want %q", got, "abc")
+	}
+	if err := r.End(); err != nil {
+		t.Errorf("End = %v, want nil", err)
+	}
+}
+
 func TestErrors(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -42,6 +62,9 @@ func TestErrors(t *testing.T) {
 		{"truncated varint", []byte{0x80}, func(r *Reader) { r.Uvarint() }},
 		{"non-minimal varint", []byte{0x81, 0x00}, func(r *Reader) { r.Uvarint() }},
 		{"trailing bytes", []byte{1, 2}, func(r *Reader) { r.Byte() }},
+		{"int out of range", binary.AppendUvarint(nil, math.MaxInt64+1), func(r *Reader) { r.Int() }},
+		{"string longer than its limit", append(binary.AppendUvarint(nil, 4), "abcd"...), func(r *Reader) { r.String(3) }},
+		{"string longer than the bytes", append(binary.AppendUvarint(nil, 5), "abcd"...), func(r *Reader) { r.String(10) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := NewReader(tc.b, errBad)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/shardlimiter/shardlimiter/internal/statebytes"
 	"github.com/shardlimiter/shardlimiter/limit"
 )
 
@@ -60,24 +61,24 @@ func AppendRecords(b []byte, recs []Record) []byte {
 // rule must be leasable and valid, and its hits at most the rule's
 // capacity; anything else is an error and nothing is returned.
 func DecodeRecords(b []byte) ([]Record, error) {
-	d := recordDecoder{b: b}
-	if v := d.byte(); d.err == nil && v != recordsVersion {
+	d := statebytes.NewReader(b, errRecords)
+	if v := d.Byte(); d.Err() == nil && v != recordsVersion {
 		return nil, fmt.Errorf("%w: version %d", errRecords, v)
 	}
-	n := d.uvarint()
-	if d.err == nil && n > MaxRecords {
+	n := d.Uvarint()
+	if d.Err() == nil && n > MaxRecords {
 		return nil, fmt.Errorf("%w: %d records, at most %d", errRecords, n, MaxRecords)
 	}
 	var out []Record
-	for i := uint64(0); i < n && d.err == nil; i++ {
+	for i := uint64(0); i < n && d.Err() == nil; i++ {
 		var r Record
-		r.ID = d.uvarint()
-		r.Lessee = d.string()
-		r.Rule.Algorithm = limit.Algorithm(d.byte())
-		r.Rule.Limit, r.Rule.Period, r.Rule.Burst = d.int(), time.Duration(d.int()), d.int()
-		r.Hits = d.int()
-		r.Expires, r.End = d.varint(), d.varint()
-		if d.err != nil {
+		r.ID = d.Uvarint()
+		r.Lessee = d.String(maxLessee)
+		r.Rule.Algorithm = limit.Algorithm(d.Byte())
+		r.Rule.Limit, r.Rule.Period, r.Rule.Burst = d.Int(), time.Duration(d.Int()), d.Int()
+		r.Hits = d.Int()
+		r.Expires, r.End = d.Varint(), d.Varint()
+		if d.Err() != nil {
 			break
 		}
 		if err := r.Rule.Validate(); err != nil || !Leasable(r.Rule) || r.ID == 0 || r.Hits <= 0 || r.Hits > r.Rule.Capacity() {
@@ -85,75 +86,8 @@ func DecodeRecords(b []byte) ([]Record, error) {
 		}
 		out = append(out, r)
 	}
-	if d.err == nil && len(d.b) > 0 {
-		d.err = fmt.Errorf("%w: %d bytes after the records", errRecords, len(d.b))
-	}
-	if d.err != nil {
-		return nil, d.err
+	if err := d.End(); err != nil {
+		return nil, err
 	}
 	return out, nil
-}
-
-// recordDecoder reads an encoded book; the first error sticks.
-type recordDecoder struct {
-	b   []byte
-	err error
-}
-
-func (d *recordDecoder) fail(what string) {
-	if d.err == nil {
-		d.err = fmt.Errorf("%w: truncated or malformed %s", errRecords, what)
-	}
-	d.b = nil
-}
-
-func (d *recordDecoder) byte() byte {
-	if len(d.b) == 0 {
-		d.fail("byte")
-		return 0
-	}
-	c := d.b[0]
-	d.b = d.b[1:]
-	return c
-}
-
-func (d *recordDecoder) uvarint() uint64 {
-	v, n := binary.Uvarint(d.b)
-	if n <= 0 {
-		d.fail("varint")
-		return 0
-	}
-	d.b = d.b[n:]
-	return v
-}
-
-func (d *recordDecoder) varint() int64 {
-	v, n := binary.Varint(d.b)
-	if n <= 0 {
-		d.fail("varint")
-		return 0
-	}
-	d.b = d.b[n:]
-	return v
-}
-
-// int reads an unsigned varint that must fit a non-negative int64.
-func (d *recordDecoder) int() int64 {
-	v := d.uvarint()
-	if v > 1<<62 {
-		d.fail("count")
-		return 0
-	}
-	return int64(v)
-}
-
-func (d *recordDecoder) string() string {
-	n := d.uvarint()
-	if n > maxLessee || n > uint64(len(d.b)) {
-		d.fail("lessee")
-		return ""
-	}
-	s := string(d.b[:n])
-	d.b = d.b[n:]
-	return s
 }
