@@ -20,20 +20,7 @@ func TestIdleNodeRunsNoTimer(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		var reads atomic.Int64
-		n, err := New(Config{Name: "a", GRPCAddr: "127.0.0.1:1", ReplicationInterval: 100 * time.Millisecond,
-			Now: func() time.Time { reads.Add(1); return time.Now() }})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() { done <- n.Run(ctx) }()
-		defer func() {
-			cancel()
-			if err := <-done; err != nil {
-				t.Errorf("Run() = %v", err)
-			}
-		}()
+		ctx, n := runCountingClock(t, Config{ReplicationInterval: 100 * time.Millisecond}, &reads)
 		idle := func(phase string) {
 			t.Helper()
 			synctest.Wait()
@@ -137,20 +124,7 @@ func TestSweepBacksOffWhileNothingExpires(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		var reads atomic.Int64
-		n, err := New(Config{Name: "a", GRPCAddr: "127.0.0.1:1",
-			Now: func() time.Time { reads.Add(1); return time.Now() }})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() { done <- n.Run(ctx) }()
-		defer func() {
-			cancel()
-			if err := <-done; err != nil {
-				t.Errorf("Run() = %v", err)
-			}
-		}()
+		ctx, n := runCountingClock(t, Config{}, &reads)
 		held := limit.Check{Name: "r", Key: "held", Hits: 1, Rule: rule(limit.FixedWindow, 10, time.Hour)}
 		if _, err := n.CheckLocal(ctx, []limit.Check{held}); err != nil {
 			t.Fatal(err)
@@ -184,4 +158,27 @@ func TestSweepBacksOffWhileNothingExpires(t *testing.T) {
 			t.Errorf("%d sweeps in the %v after a check with a 2 s window, want at least 3 (the interval back to %v after the sweep that removed it)", got, window, n.cfg.SweepInterval)
 		}
 	})
+}
+
+// runCountingClock runs a lone node "a" under cfg whose every clock read
+// counts in reads, until the test's end: called inside a synctest bubble,
+// the node runs on its virtual clock.
+func runCountingClock(t *testing.T, cfg Config, reads *atomic.Int64) (context.Context, *Node) {
+	t.Helper()
+	cfg.Name, cfg.GRPCAddr = "a", "127.0.0.1:1"
+	cfg.Now = func() time.Time { reads.Add(1); return time.Now() }
+	n, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- n.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run() = %v", err)
+		}
+	})
+	return ctx, n
 }
