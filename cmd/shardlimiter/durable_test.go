@@ -194,8 +194,20 @@ func TestStateSurvivesStopOfEveryNode(t *testing.T) {
 		c.hit(name, r, per)
 		sent[name] = per
 	}
-	// Wait for a snapshot of every node that began after those hits.
+	// Wait for a snapshot of every node that began after those hits. A
+	// node writes when something changed since its last write began, and
+	// its gauge holds the write's start: one that began between a node's
+	// last change and this instant holds the hits too but reads older,
+	// and with nothing changed since, none follows. So one hit of a key
+	// of each tenant under another rule after the instant changes every
+	// node again (as owner or replica holder), and the writes that follow
+	// begin after it.
 	counted := float64(time.Now().UnixNano()) / 1e9
+	ones := make([]int64, keys)
+	for k := range ones {
+		ones[k] = 1
+	}
+	c.hit("marker", hourlyRule(time.Now(), 5*time.Minute, 1000), ones)
 	poll.Until(t, 10*time.Second, func() bool {
 		for _, p := range c.procs {
 			if metric(http.DefaultClient, "http://"+p.http, "shardlimiter_snapshot_last_success_timestamp_seconds") < counted+0.001 {
