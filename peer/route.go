@@ -306,6 +306,7 @@ func (n *Node) checkLocal(ctx context.Context, checks []limit.Check, standin boo
 	if standin {
 		n.ho.deciding.RLock()
 	} else {
+		n.awaitFirstRing(ctx)
 		n.lockDeciding(ctx, checks)
 	}
 	now := n.cfg.Now().UnixNano()
@@ -349,6 +350,46 @@ func (n *Node) checkLocal(ctx context.Context, checks []limit.Check, standin boo
 	// push.
 	waitAll(ctx, waits, handoffWait)
 	return res, nil
+}
+
+// ringPoll is how often a forwarded batch that arrived before this
+// node's first ring with the others looks for it (awaitFirstRing).
+const ringPoll = 5 * time.Millisecond
+
+// awaitFirstRing waits, up to handoffWait, while this node's ring holds it
+// alone but its gossip knows other members: the node has just joined, and
+// its first ring with them, which marks the partitions it gains incoming
+// and pulls their state, is being built. A forwarded batch comes from a
+// member whose ring already has this node; decided on the ring of this
+// node alone, its checks would count from no state, and the merge of the
+// pulled state, which keeps the larger count, would drop them (seen in
+// peer TestLeasesExactForWindowsThroughOwnerRoundTrip: thousands of hits
+// over the capacity at a join). Once the ring is rebuilt, lockDeciding
+// waits for the pulled state as for any incoming partition. Past
+// handoffWait the batch is decided on the ring there is, as before.
+func (n *Node) awaitFirstRing(ctx context.Context) {
+	if !n.ringBehindGossip() {
+		return
+	}
+	deadline := time.NewTimer(handoffWait)
+	defer deadline.Stop()
+	tick := time.NewTicker(ringPoll)
+	defer tick.Stop()
+	for n.ringBehindGossip() {
+		select {
+		case <-ctx.Done():
+			return
+		case <-deadline.C:
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// ringBehindGossip reports whether this node's ring holds it alone while
+// its gossip knows other members.
+func (n *Node) ringBehindGossip() bool {
+	return n.view.Load().snap.Len() == 1 && n.cfg.Gossip != nil && len(n.cfg.Gossip.Members()) > 1
 }
 
 // forwardedOwner routes a forwarded check of key by the ring v and, when
