@@ -142,7 +142,23 @@ func TestLeasesExactOnMemNet(t *testing.T) {
 // to be out. Nothing is admitted over the capacity.
 func TestLeasesExactThroughChurnOnMemNet(t *testing.T) {
 	const capacity = 4_000_000
-	r := limit.Rule{Algorithm: limit.TokenBucket, Limit: 100, Period: time.Hour, Burst: capacity}
+	leaseChurnOnMemNet(t, limit.Rule{Algorithm: limit.TokenBucket, Limit: 100, Period: time.Hour, Burst: capacity}, capacity)
+}
+
+// The same for the windows: a grant takes from the key's window, and
+// its credit back gives to it.
+func TestLeasesExactForWindowsThroughChurnOnMemNet(t *testing.T) {
+	const capacity = 4_000_000
+	for _, alg := range []limit.Algorithm{limit.FixedWindow, limit.SlidingWindow} {
+		t.Run(alg.String(), func(t *testing.T) {
+			leaseChurnOnMemNet(t, limit.Rule{Algorithm: alg, Limit: capacity, Period: time.Hour}, capacity)
+		})
+	}
+}
+
+// leaseChurnOnMemNet is TestLeasesExactThroughChurnOnMemNet for the key
+// under r, which admits capacity in the test's time.
+func leaseChurnOnMemNet(t *testing.T, r limit.Rule, capacity int64) {
 	c := newMemCluster(t, 3, Config{Leases: true, LeaseThreshold: 1, ReplicationInterval: 100 * time.Millisecond, Peer: exactPeer})
 	before := c.degraded()
 	var load leaseLoad
