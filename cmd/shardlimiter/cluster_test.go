@@ -5,8 +5,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -44,13 +46,17 @@ func buildBinary(t testing.TB) string {
 // freeGossipPort finds a port free for TCP and UDP on every host.
 func freeGossipPort(t testing.TB, hosts ...string) int {
 	t.Helper()
-	for range 50 {
-		l, err := net.Listen("tcp", hosts[0]+":0")
-		if err != nil {
-			t.Fatal(err)
+	lo, hi := ephemeralPorts()
+	for range 200 {
+		// Below the kernel's ephemeral range when it leaves room, so that
+		// no listener on port 0 (a node's own HTTP, gRPC and peer
+		// listeners among them) and no outgoing connection can take the
+		// port between this probe and the nodes' binding it (seen once in
+		// CI: a node's gossip listener found it taken).
+		port := lo + rand.IntN(hi-lo)
+		if lo > 10000 {
+			port = 10000 + rand.IntN(lo-10000)
 		}
-		port := l.Addr().(*net.TCPAddr).Port
-		l.Close()
 		ok := true
 		for _, h := range hosts {
 			addr := net.JoinHostPort(h, strconv.Itoa(port))
@@ -70,6 +76,22 @@ func freeGossipPort(t testing.TB, hosts ...string) int {
 	}
 	t.Fatal("no free gossip port")
 	return 0
+}
+
+// ephemeralPorts returns the kernel's range of ports for listeners on port
+// 0 and outgoing connections (Linux's default when it cannot be read).
+func ephemeralPorts() (lo, hi int) {
+	lo, hi = 32768, 60999
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			l, err1 := strconv.Atoi(f[0])
+			h, err2 := strconv.Atoi(f[1])
+			if err1 == nil && err2 == nil && l < h {
+				lo, hi = l, h
+			}
+		}
+	}
+	return lo, hi
 }
 
 // startProc starts the binary on host with extra flags, and returns once it
