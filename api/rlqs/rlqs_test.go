@@ -257,14 +257,7 @@ func (r *switchRoute) RingVersion() uint64 { return 0 }
 func TestUnreachableOwnerLeavesExpiryToEnvoy(t *testing.T) {
 	var clock fakeClock
 	owner := New(Config{Rules: testStore(t), Node: "owner", Interval: time.Second, Now: clock.now})
-	pl := server.NewPeerListener(server.Config{})
-	owner.RegisterPeer(pl)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go pl.Serve(lis)
-	t.Cleanup(pl.Stop)
+	ownerAddr := peerOwner(t, owner)
 	dead, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -272,7 +265,6 @@ func TestUnreachableOwnerLeavesExpiryToEnvoy(t *testing.T) {
 	deadAddr := dead.Addr().String()
 	dead.Close() // nothing listens there any more
 	var route switchRoute
-	ownerAddr := lis.Addr().String()
 	route.addr.Store(&ownerAddr)
 	front := New(Config{Rules: testStore(t), Node: "front", Interval: time.Second, Now: clock.now, Router: &route})
 	client, _, _ := serve(t, front)
