@@ -197,3 +197,28 @@ func TestLearnUntil(t *testing.T) {
 		t.Fatalf("report at LearnUntil: %+v, want half of the limit", a)
 	}
 }
+
+// TestLearningRenewsItsOwnHold: while a bucket learns for longer than an
+// interval (a restarted owner), an instance whose held assignment this
+// owner renewed reports again as that hold ends, telling nothing held: it
+// keeps the rate, not nothing until learning ends.
+func TestLearningRenewsItsOwnHold(t *testing.T) {
+	tab := New(Config{Interval: 5 * time.Second})
+	r := Report{Key: "k", Group: "g", Limit: 100, Instance: "a", Elapsed: 5 * time.Second, Allowed: 300,
+		LearnUntil: t0.Add(10*time.Second + Slack)}
+	first := r
+	first.Held, first.HeldLeft = 60, time.Second
+	if a, err := tab.Report(t0, first); err != nil || a.Rate() != 60 {
+		t.Fatalf("a holding 60 on a restarted owner: %+v, %v; want 60 kept", a, err)
+	}
+	if a, err := tab.Report(t0.Add(5*time.Second), r); err != nil || a.Rate() != 60 || a.None {
+		t.Fatalf("a's next report as its hold ends, still learning: %+v, %v; want 60 kept", a, err)
+	}
+	if st := tab.Stats(t0.Add(5 * time.Second))["g"]; st.Assigned != 60 {
+		t.Errorf("assigned = %v, want 60 (one hold, renewed)", st.Assigned)
+	}
+	other := Report{Key: "k", Group: "g", Limit: 100, Instance: "b", Elapsed: 5 * time.Second, Allowed: 300}
+	if a, _ := tab.Report(t0.Add(5*time.Second), other); !a.None {
+		t.Fatalf("b holding nothing while learning: %+v, want nothing", a)
+	}
+}

@@ -266,8 +266,12 @@ func (in *instance) learn(now time.Time, r Report, ttl time.Duration) {
 func (t *Table) holdLocked(now time.Time, b *bucket, in *instance, r Report) Assignment {
 	held := 0.0
 	if r.HeldLeft > 0 && r.Held > 0 && !math.IsNaN(r.Held) {
-		held = min(r.Held, b.limit)
+		held = r.Held
 	}
+	// A hold this table gave lasts one interval: the instance's next
+	// report may come as it ends and tell nothing held. Its lease here,
+	// counted until its TTL and Slack end, is what it holds.
+	held = min(max(held, in.current.live(now)), b.limit)
 	a := quantize(held, wholeSeconds(t.cfg.Interval))
 	a.Retry = b.learning.Sub(now)
 	a.None = a.Tokens == 0
