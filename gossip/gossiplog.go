@@ -25,8 +25,13 @@ import (
 // Lines that report refused gossip (a wrong key, plaintext to an encrypted
 // cluster) are counted in rejected, which may be nil, and logged at Warn
 // with the hint every operator needs: the keys differ.
-func gossipLogger(l *slog.Logger, rejected *rejections) *log.Logger {
-	return log.New(logWriter{l, rejected}, "", 0)
+//
+// A line that reports this node refuting its own death calls refuted (when
+// not nil): memberlist has no callback for it, and it is the only sign
+// that other members held this node dead, and so decided its keys,
+// while its own view of them never changed (Membership.DeathsRefuted).
+func gossipLogger(l *slog.Logger, rejected *rejections, refuted func()) *log.Logger {
+	return log.New(logWriter{l, rejected, refuted}, "", 0)
 }
 
 // logWriter receives whole lines from log.Logger, which serializes its
@@ -35,6 +40,7 @@ func gossipLogger(l *slog.Logger, rejected *rejections) *log.Logger {
 type logWriter struct {
 	log      *slog.Logger
 	rejected *rejections
+	refuted  func()
 }
 
 var levelTags = []struct {
@@ -52,8 +58,13 @@ var levelTags = []struct {
 // "memberlist: " prefix, that report a routine event and are logged at
 // Info.
 var routineWarnings = [][]byte{
-	[]byte("Refuting a dead message"),
+	deathRefuted,
 }
+
+// deathRefuted starts the line memberlist v0.7.0 logs when it refutes a
+// message declaring this node dead (state.go: deadNode); a test pins it
+// against the real library (TestHealedPartitionMerges).
+var deathRefuted = []byte("Refuting a dead message")
 
 func (w logWriter) Write(p []byte) (int, error) {
 	line := bytes.TrimRight(p, "\r\n")
@@ -65,6 +76,9 @@ func (w logWriter) Write(p []byte) (int, error) {
 		}
 	}
 	ctx := context.Background()
+	if w.refuted != nil && bytes.Contains(line, deathRefuted) {
+		w.refuted()
+	}
 	if r := rejectReason(line); r >= 0 && w.rejected != nil {
 		w.rejected[r].Add(1)
 		line = bytes.TrimPrefix(line, []byte("memberlist: "))

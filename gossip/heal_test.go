@@ -136,8 +136,13 @@ func TestHealedPartitionMerges(t *testing.T) {
 		if got := a.m.deadNames(); !slices.Equal(got, []string{c.name}) {
 			t.Errorf("round %d: %s looks for %v, want [%s]", round, a.name, got, c.name)
 		}
+		refuted := c.m.DeathsRefuted()
 		sw.heal()
 		took := poll.Until(t, 10*time.Second, sees(nodes, membersOf(nodes...)), "round %d: one cluster again after the heal", round)
+		// The cut-off node learns that the others held it dead: the
+		// sign a node's ring user needs (DeathsRefuted) comes from
+		// memberlist's log line, pinned here against the library.
+		poll.Until(t, 5*time.Second, func() bool { return c.m.DeathsRefuted() > refuted }, "round %d: %s refutes its death", round, c.name)
 		t.Logf("round %d: one cluster again %v after the heal", round, took.Round(10*time.Millisecond))
 		if took > healBound {
 			t.Errorf("round %d: one cluster again %v after the heal, want ≤ %v", round, took.Round(10*time.Millisecond), healBound)

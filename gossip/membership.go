@@ -125,6 +125,7 @@ type Membership struct {
 	joined       atomic.Bool
 	joinAttempts atomic.Int64                     // for tests
 	claims       atomic.Uint64                    // other addresses seen claiming our name
+	refutes      atomic.Uint64                    // messages declaring this node dead, refuted
 	started      chan struct{}                    // closed by Run once memberlist is up
 	changed      chan struct{}                    // cap 1, never closed
 	nameClaimed  chan struct{}                    // cap 1, never closed
@@ -450,6 +451,21 @@ func (m *Membership) isSelf(target string) bool {
 	return target == m.selfGossip() || target == m.LocalAddr()
 }
 
+// DeathsRefuted returns how many messages declaring this node dead it has
+// refuted since New. A message that does not come from this node's own
+// previous run (a restart under its name) means members that this node
+// still held alive held it dead, took its keys over and decided them,
+// while this node's ring never changed: a partition that healed before
+// this node noticed it, or a pause longer than failure detection. Each
+// refutation signals Changed, so the ring's user can take back from them
+// what they decided (peer: a rejoin).
+func (m *Membership) DeathsRefuted() uint64 { return m.refutes.Load() }
+
+func (m *Membership) noteDeathRefuted() {
+	m.refutes.Add(1)
+	m.signal(m.changed)
+}
+
 func (m *Membership) signal(ch chan struct{}) {
 	select {
 	case ch <- struct{}{}:
@@ -563,8 +579,8 @@ func (m *Membership) gossipConfig(ctx context.Context) (*memberlist.Config, erro
 	c.TCPTimeout = 3 * time.Second
 	c.EnableCompression = false
 	h := &hooks{m: m}
-	c.Delegate, c.Events, c.Conflict = h, h, h
-	c.Logger = gossipLogger(m.log, &m.rejected)
+	c.Delegate, c.Events, c.Conflict, c.Merge = h, h, h, h
+	c.Logger = gossipLogger(m.log, &m.rejected, m.noteDeathRefuted)
 	mk := m.cfg.Transport
 	if m.testTransport != nil {
 		mk = m.testTransport
@@ -636,7 +652,24 @@ var (
 	_ memberlist.Delegate         = (*hooks)(nil)
 	_ memberlist.EventDelegate    = (*hooks)(nil)
 	_ memberlist.ConflictDelegate = (*hooks)(nil)
+	_ memberlist.MergeDelegate    = (*hooks)(nil)
 )
+
+// NotifyMerge is called when a join (a seed join, a knock answered,
+// heal.go) is about to merge a member's view of the cluster: if that
+// member holds this node dead, it has taken this node's keys over and
+// decided them, though this node may never have noticed (see
+// DeathsRefuted). memberlist merges a dead entry as a suspicion and
+// refutes it as such, so its log does not tell this case apart; the view
+// does. The merge always goes on.
+func (h *hooks) NotifyMerge(peers []*memberlist.Node) error {
+	for _, p := range peers {
+		if p.Name == h.m.cfg.NodeName && p.State == memberlist.StateDead {
+			h.m.noteDeathRefuted()
+		}
+	}
+	return nil
+}
 
 // NotifyJoin, NotifyLeave and NotifyUpdate are called with memberlist's node
 // lock held, one at a time and in order, from several goroutines; n is only

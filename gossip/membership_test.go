@@ -373,7 +373,7 @@ func TestMembershipSkipsUndecodableMeta(t *testing.T) {
 	conf := memberlist.DefaultLocalConfig()
 	conf.Name, conf.BindAddr, conf.BindPort = "alien", "127.0.0.1", 0
 	conf.Delegate = &garbageMeta{}
-	conf.Logger = gossipLogger(slog.New(slog.DiscardHandler), nil)
+	conf.Logger = gossipLogger(slog.New(slog.DiscardHandler), nil, nil)
 	alien, err := memberlist.Create(conf)
 	if err != nil {
 		t.Fatal(err)
@@ -407,10 +407,11 @@ func (m *Membership) memberDump() string {
 func TestMembershipLogLevels(t *testing.T) {
 	t.Parallel()
 	buf := &logBuf{}
+	refuted := 0
 	l := gossipLogger(slog.New(slog.NewTextHandler(buf, &slog.HandlerOptions{
 		Level:       slog.LevelDebug,
 		ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr { return dropTime(a) },
-	})), nil)
+	})), nil, func() { refuted++ })
 	l.Printf("[DEBUG] memberlist: Stream connection from=127.0.0.1:1")
 	l.Printf("[INFO] memberlist: Marking b as failed")
 	l.Printf("[WARN] memberlist: Refuting a suspect message")
@@ -428,6 +429,9 @@ level=INFO msg="no tag"
 `
 	if got := buf.String(); got != want {
 		t.Errorf("gossip log lines:\n%s\nwant:\n%s", got, want)
+	}
+	if refuted != 1 {
+		t.Errorf("refutations of this node's death noted: %d, want 1 (a suspicion refuted is not one)", refuted)
 	}
 }
 

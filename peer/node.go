@@ -68,6 +68,12 @@ type Gossip interface {
 	Leave(timeout time.Duration) error
 }
 
+// deathRefuter is a Gossip that tells when other members held this node
+// dead (gossip.Membership.DeathsRefuted): a count that only rises.
+type deathRefuter interface {
+	DeathsRefuted() uint64
+}
+
 // Config configures a Node.
 type Config struct {
 	// Name identifies the node on the ring. Required.
@@ -238,6 +244,11 @@ type Node struct {
 	pushed []chan struct{} // the pushes of the last rebuild; guarded by rebuildMu
 	// clustered: a ring with other members has been seen; guarded by rebuildMu.
 	clustered bool
+	// refutes is the gossip's DeathsRefuted at the last rebuild, rejoin
+	// set when it rose since and no ring with others has taken this
+	// node's partitions back yet (see rejoined); both guarded by rebuildMu.
+	refutes uint64
+	rejoin  bool
 	// decidedAlone: a client batch was routed here while the ring held
 	// this node alone, so its tables may hold state nobody else has.
 	decidedAlone atomic.Bool
@@ -445,7 +456,7 @@ func (n *Node) rebuild(members []ring.Member) error {
 			// them all the same (restorePushes).
 			restorePush = true
 		}
-		n.pushed = n.mv.planHandoff(from, v)
+		n.pushed = n.mv.planHandoff(from, v, n.rejoined(v))
 	}
 	n.ho.deciding.Unlock()
 	if from != nil {
@@ -466,6 +477,30 @@ func (n *Node) rebuild(members []ring.Member) error {
 	n.log.Info("ring rebuilt", "version", snap.Version(), "members", snap.Len())
 	wake(n.readyWake)
 	return nil
+}
+
+// rejoined returns, when other members held this node dead since it
+// last took its partitions back, the ring they decided in meanwhile (v's
+// members but this node): the rebuild to v then takes this node's
+// partitions from their owners there, as a join does. Otherwise it returns
+// nil. A node that never noticed (a partition that healed before its own
+// suspicions timed out, a pause longer than failure detection) has the
+// same ring before and after, and without this went on deciding its keys
+// from its own state while the others handed theirs back: both decided
+// them until each push landed. Only a node already clustered: one that
+// starts joins with that ring anyway. rebuildMu is held.
+func (n *Node) rejoined(v *view) *view {
+	if r, ok := n.cfg.Gossip.(deathRefuter); ok {
+		if c := r.DeathsRefuted(); c != n.refutes {
+			n.refutes, n.rejoin = c, n.clustered
+		}
+	}
+	if !n.rejoin || v.backup == nil || n.leaving.Load() {
+		return nil // alone for now: the next ring with others takes them
+	}
+	n.rejoin = false
+	n.log.Warn("other members held this node dead and decided its keys: taking them back before deciding them", "ring_version", v.snap.Version())
+	return &view{snap: v.backup, self: -1}
 }
 
 // noteCluster does what the snapshots need of a rebuild to v: the members

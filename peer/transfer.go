@@ -58,14 +58,20 @@ type job struct {
 }
 
 // planHandoff marks the partitions whose owner changed from old to cur and
-// queues the transfers (see handoff.go). It runs under rebuildMu, once per
-// rebuild, after cur is stored. It returns the channels closed once each
+// queues the transfers (see handoff.go); with rejoin, the partitions cur
+// gives this node are taken from their owners in rejoin instead (the ring
+// the others decided in while they held this node dead, Node.rejoined).
+// It runs under rebuildMu, once per rebuild, after cur is stored. It returns the channels closed once each
 // push has been answered.
-func (mv *mover) planHandoff(old, cur *view) []chan struct{} {
+func (mv *mover) planHandoff(old, cur, rejoin *view) []chan struct{} {
 	pl := handoffPlan{old: old, why: limit.Join,
 		pulls: map[string]*job{}, pushes: map[string]*job{}}
 	if cur.snap.Len() < old.snap.Len() {
 		pl.why = limit.Leave
+	}
+	own := pl // the partitions cur gives this node, from rejoin if set
+	if rejoin != nil {
+		own.old = rejoin
 	}
 	leaving := mv.host.leaving()
 	h := mv.host.marks()
@@ -83,7 +89,10 @@ func (mv *mover) planHandoff(old, cur *view) []chan struct{} {
 				h.setLocked(p, partNormal, partDetail{})
 			}
 		case now.Name == mv.cfg.Name:
-			mv.planOwnLocked(h, &pl, p, was)
+			if rejoin != nil { // the others decided it in their ring without this node
+				was = rejoin.snap.Member(rejoin.snap.PartitionOwner(p))
+			}
+			mv.planOwnLocked(h, &own, p, was)
 		default:
 			mv.planOthersLocked(h, &pl, p, was, now)
 		}

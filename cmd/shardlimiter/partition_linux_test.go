@@ -80,6 +80,9 @@ func TestPartitionHealsWithinSeconds(t *testing.T) {
 	load := startLoad(nodes)
 	defer load.stop()
 	cutOff := nodes[2]
+	// partition cuts cutOff off for hold (0: only until the others have
+	// dropped it, while its own unconfirmed suspicions of them still run:
+	// it hears of the heal before it has given up on them).
 	partition := func(hold time.Duration) {
 		t.Helper()
 		lab.cut(2)
@@ -94,7 +97,7 @@ func TestPartitionHealsWithinSeconds(t *testing.T) {
 				slices.Equal(membersVia(nodes[1].web, nodes[1].proc), all[:2]) {
 				rest = time.Since(cut)
 			}
-			return alone > 0 && rest > 0
+			return rest > 0 && (alone > 0 || hold == 0)
 		}, "%s sees itself alone, the others each other only", cutOff.name)
 		t.Logf("cut off: %s saw itself alone after %v, the others dropped it after %v", cutOff.name,
 			alone.Round(100*time.Millisecond), rest.Round(100*time.Millisecond))
@@ -102,6 +105,9 @@ func TestPartitionHealsWithinSeconds(t *testing.T) {
 		// an event: it is held until then.
 		poll.Until(t, hold+time.Second, func() bool { return time.Since(cut) >= hold }, "the partition lasts %v", hold)
 		poll.Until(t, 10*time.Second, func() bool { return handoffsDone(nodes) }, "handoffs in the partition end: %v", marksNow(nodes))
+		if hold == 0 {
+			t.Logf("healed %v after the cut, %s holding the others %v", time.Since(cut).Round(100*time.Millisecond), cutOff.name, membersVia(cutOff.web, cutOff.proc))
+		}
 		incomplete := handoffsIncomplete(nodes)
 		lab.heal()
 		length := time.Since(cut)
@@ -128,6 +134,12 @@ func TestPartitionHealsWithinSeconds(t *testing.T) {
 	// they start (a push gives up after 3 tries of up to 2 s), so that
 	// what fails after the heal failed because of it.
 	partition(12 * time.Second)
+	// Healed as soon as the others have dropped the cut-off node: its own
+	// suspicions of them time out only after the heal unless the merge's
+	// exchanges clear them (gossip/heal.go), and its forwards into the
+	// partition fail after it (peer/suspension.go); either kept answers
+	// from one owner per key for seconds after one ring was seen.
+	partition(0)
 	if !testing.Short() {
 		// Past memberlist's GossipToTheDeadTime (30 s) each side forgets
 		// the other's members: another path back.
