@@ -435,6 +435,15 @@ func (n *Node) rebuild(members []ring.Member) error {
 	// were marked incoming decided their keys here from nothing while the
 	// old owner's state was still on its way (seen: a forwarded check
 	// admitted against a fresh key between the two).
+	var rejoin *view
+	if n.view.Load() != nil {
+		if rejoin = n.rejoined(v); rejoin != nil {
+			// The others hold this node alive again: the network to them
+			// is back, as when a ring gains a member. Lifted before the
+			// pulls are planned, which a suspension would fail at once.
+			n.peers.resume()
+		}
+	}
 	n.ho.deciding.Lock()
 	old := n.view.Load()
 	n.view.Store(v)
@@ -456,7 +465,7 @@ func (n *Node) rebuild(members []ring.Member) error {
 			// them all the same (restorePushes).
 			restorePush = true
 		}
-		n.pushed = n.mv.planHandoff(from, v, n.rejoined(v))
+		n.pushed = n.mv.planHandoff(from, v, rejoin)
 	}
 	n.ho.deciding.Unlock()
 	if from != nil {

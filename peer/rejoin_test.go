@@ -31,8 +31,10 @@ func (g *refutingGossip) DeathsRefuted() uint64         { return g.refutes.Load(
 // decides none of their keys before their state is here. Before, they
 // stayed normal and it decided them from its own state at once, while
 // the others went on until their pushes landed (seen: three keys admitted
-// by two nodes in the second after an early heal). Without a refutation,
-// or while alone, nothing is marked.
+// by two nodes in the second after an early heal). The peers' forwarding
+// suspensions are lifted first, as when a ring gains a member: the pulls
+// failed at once on a suspension left by the cut (seen in a nemesis run).
+// Without a refutation, or while alone, nothing is marked.
 func TestHeldDeadTakesItsPartitionsBack(t *testing.T) {
 	t.Parallel()
 	all := []ring.Member{
@@ -41,7 +43,7 @@ func TestHeldDeadTakesItsPartitionsBack(t *testing.T) {
 		{Name: "c", Addr: "127.0.0.1:3", PeerAddr: "127.0.0.1:13"},
 	}
 	g := &refutingGossip{members: all}
-	a, err := New(Config{Name: "a", Gossip: g})
+	a, err := New(Config{Name: "a", Gossip: g, PeerBackoff: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,12 +97,22 @@ func TestHeldDeadTakesItsPartitionsBack(t *testing.T) {
 	if n, _ := incoming(); n != 0 {
 		t.Fatalf("the same ring again, no refutation: %d partitions incoming, want 0", n)
 	}
+	// A forward to b failed in the cut: b is suspended (for an hour).
+	pc, err := a.peers.client(all[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := a.peers.now()
+	pc.down.failed(now, now)
 	g.refutes.Add(1)
 	if err := a.rebuild(all); err != nil {
 		t.Fatal(err)
 	}
 	if n, mine := incoming(); n != mine || mine == 0 {
 		t.Fatalf("after the others held a dead: %d of its %d partitions incoming, want all", n, mine)
+	}
+	if !a.peers.allowed(all[1]) {
+		t.Error("b, which holds a alive again, is still suspended: the pulls from it fail at once")
 	}
 	settle(all)
 	if n, _ := incoming(); n != 0 {
