@@ -346,16 +346,42 @@ func (lh *leaseHolder) giveBack(e *heldKey, g *heldGrant) {
 	if r != nil && r.snap.IndexOf(g.owner) < 0 { // the grantor is gone
 		to = r.dests[r.snap.OwnerIndex(e.id.key)]
 	}
-	a, err := lh.call(to, req)
-	if err == nil && a.NotOwner != "" && r != nil {
-		if j := r.snap.IndexOf(a.NotOwner); j >= 0 && r.dests[j] != to {
-			a, err = lh.call(r.dests[j], req)
+	// Two nodes may each name the other for a moment (the old owner has
+	// handed the key over, the new one's ring does not give it the key
+	// yet): the release then asks again after releaseBounce, at most
+	// releaseHops calls in all, as a node's release does
+	// (peer/leasehold.go). Only NotOwner, which credited nothing, is
+	// followed.
+	asked := map[*dest]bool{}
+	for range releaseHops {
+		a, err := lh.call(to, req)
+		if err != nil {
+			return
+		}
+		if a.NotOwner == "" {
+			lh.released.Add(1)
+			return
+		}
+		j := -1
+		if r != nil {
+			j = r.snap.IndexOf(a.NotOwner)
+		}
+		if j < 0 {
+			return // a node this client's ring does not have
+		}
+		asked[to] = true
+		if to = r.dests[j]; asked[to] {
+			time.Sleep(releaseBounce)
 		}
 	}
-	if err == nil && a.NotOwner == "" {
-		lh.released.Add(1)
-	}
 }
+
+const (
+	// releaseHops bounds the calls of one release that follow NotOwner
+	// answers; releaseBounce is the pause before asking a node again.
+	releaseHops   = 4
+	releaseBounce = 50 * time.Millisecond
+)
 
 // sweep ends the leases that expire before the next sweep and forgets idle
 // keys, every leaseSweep until ctx is done; while no key is tracked it

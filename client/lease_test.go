@@ -30,6 +30,10 @@ type fakeGranter struct {
 	budget   atomic.Int64
 	calls    atomic.Int64
 	movedTo  atomic.Value // string: from now on, answer NotOwner naming it (the key moved)
+	// bounceTo, bounces: answer the next bounces calls NotOwner naming
+	// bounceTo (a new owner whose ring does not give it the key yet).
+	bounceTo string
+	bounces  atomic.Int64
 
 	mu       sync.Mutex
 	from     map[string]bool
@@ -44,6 +48,9 @@ func (g *fakeGranter) Lease(_ context.Context, r limit.LeaseRequest) (limit.Leas
 	}
 	if to, _ := g.movedTo.Load().(string); to != "" {
 		return limit.LeaseGrant{NotOwner: to}, nil
+	}
+	if g.bounces.Add(-1) >= 0 {
+		return limit.LeaseGrant{NotOwner: g.bounceTo}, nil
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -262,7 +269,8 @@ func TestLeaseNotOwnerReroutes(t *testing.T) {
 // TestLeaseReleaseFollowsTheKey: the key moves while the client holds a
 // lease of it (its grantor answers NotOwner from then on, naming the new
 // owner, which holds the grant's record with the key's state): what the
-// client did not spend is released to the new owner, not dropped.
+// client did not spend is released to the new owner, not dropped, even
+// when the new owner names the old one back for a moment.
 func TestLeaseReleaseFollowsTheKey(t *testing.T) {
 	t.Parallel()
 	fc, gs, _ := leaseCluster(t, 3, lease.Anyone, nil)
@@ -276,6 +284,10 @@ func TestLeaseReleaseFollowsTheKey(t *testing.T) {
 		_, _ = c.Check(testCtx(t), chk)
 		return c.LeaseStats().Held > 0
 	}, "a lease of the owner")
+	// The new owner names the old one back at its first call, as
+	// while its ring lags: the release asks again.
+	gs[next].bounceTo = gs[owner].name
+	gs[next].bounces.Store(1)
 	gs[owner].movedTo.Store(gs[next].name)
 	poll.Until(t, 5*time.Second, func() bool { return c.LeaseStats().Held == 0 }, "the lease ends")
 	poll.Until(t, 5*time.Second, func() bool { return gs[next].releasedHits() > 0 && c.LeaseStats().Released > 0 },
