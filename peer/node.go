@@ -435,15 +435,7 @@ func (n *Node) rebuild(members []ring.Member) error {
 	// were marked incoming decided their keys here from nothing while the
 	// old owner's state was still on its way (seen: a forwarded check
 	// admitted against a fresh key between the two).
-	var rejoin *view
-	if n.view.Load() != nil {
-		if rejoin = n.rejoined(v); rejoin != nil {
-			// The others hold this node alive again: the network to them
-			// is back, as when a ring gains a member. Lifted before the
-			// pulls are planned, which a suspension would fail at once.
-			n.peers.resume()
-		}
-	}
+	rejoin := n.rejoined(v)
 	n.ho.deciding.Lock()
 	old := n.view.Load()
 	n.view.Store(v)
@@ -497,8 +489,14 @@ func (n *Node) rebuild(members []ring.Member) error {
 // same ring before and after, and without this went on deciding its keys
 // from its own state while the others handed theirs back: both decided
 // them until each push landed. Only a node already clustered: one that
-// starts joins with that ring anyway. rebuildMu is held.
+// starts joins with that ring anyway. The others hold this node alive
+// again, so the network to them is back, as when a ring gains a member:
+// their forwarding suspensions are lifted here, before the pulls are
+// planned (a suspension fails a pull at once). rebuildMu is held.
 func (n *Node) rejoined(v *view) *view {
+	if n.view.Load() == nil {
+		return nil
+	}
 	if r, ok := n.cfg.Gossip.(deathRefuter); ok {
 		if c := r.DeathsRefuted(); c != n.refutes {
 			n.refutes, n.rejoin = c, n.clustered
@@ -509,6 +507,7 @@ func (n *Node) rejoined(v *view) *view {
 	}
 	n.rejoin = false
 	n.log.Warn("other members held this node dead and decided its keys: taking them back before deciding them", "ring_version", v.snap.Version())
+	n.peers.resume()
 	return &view{snap: v.backup, self: -1}
 }
 
