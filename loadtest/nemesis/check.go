@@ -18,13 +18,16 @@ import (
 // fallback decisions (scrape.go): a rise of one within countSlack
 // of the span covers it. Per key, the worst span counts, overall and in
 // each class. The run is also cut into windows of checkWindow, which say
-// when answers were exact again after each fault.
+// when answers were exact again after each fault: exactRun windows in a
+// row (3 s) with no failed call, item error, over-admitted span ending in
+// them, nor a counted fallback decided in them (between the two scrapes
+// around its counter's rise, scrapeEvery apart).
 const (
-	checkWindow = time.Second
+	checkWindow = 250 * time.Millisecond
 	faultSettle = 5 * time.Second        // a fault stays "in effect" this long after its end
 	countSlack  = time.Second            // a counter rise this close to a window covers it
 	callSlack   = 2 * time.Second        // a failed call this soon after its node's process fault ends is counted
-	exactRun    = 3                      // windows in a row without any fault sign: recovered
+	exactRun    = 12                     // windows in a row without any fault sign (3 s): recovered
 	maxExamples = 10                     // uncounted calls and windows listed in the report
 	rejoinSlack = 100 * time.Millisecond // a call sent just before its node's fault counts too
 )
@@ -131,15 +134,16 @@ func (c *Judge) markCounted() {
 			name = Counters[r.Counter]
 		}
 		c.rep.CounterRises[name] += r.By
-		// A window with a counted fallback decided in it (±countSlack) is
-		// not exact; the longer reach of a given-up handoff is for the
-		// spans' attribution (intervals.go), not for recovery.
+		// A window with a counted fallback decided in it (between the
+		// two samples of the rise) is not exact; countSlack and the
+		// longer reach of a given-up handoff are for the spans'
+		// attribution (intervals.go), not for recovery.
 		if _, _, ok := r.reach(); ok {
 			bit := uint16(loggedBit)
 			if r.Counter >= 0 && r.Counter < 15 {
 				bit = 1 << r.Counter
 			}
-			for k := c.window(r.From - int64(countSlack)); k <= c.window(r.To+int64(countSlack)); k++ {
+			for k := c.window(r.From); k <= c.window(r.To); k++ {
 				c.win[k].counted = true
 				c.win[k].counters |= bit
 			}
@@ -263,18 +267,18 @@ func (c *Judge) recovery() {
 					later++
 				}
 			}
-			f.Recovery = fmt.Sprintf("never %d s in a row without failed calls, item errors, counted fallbacks or over-admission before the end of the run (%d faults started after it)", exactRun, later)
+			f.Recovery = fmt.Sprintf("never %v in a row without failed calls, item errors, counted fallbacks or over-admission before the end of the run (%d faults started after it)", exactRun*checkWindow, later)
 			if last := c.lastInexact(); last >= 0 {
-				f.Recovery += fmt.Sprintf("; the last window not exact, [%ds, %ds): %s", last, last+1, c.win[last].signs())
+				f.Recovery += "; the last window not exact, " + c.windowText(last)
 			}
 			continue
 		}
 		at := float64(k) * checkWindow.Seconds()
 		f.RecoveryS = new(float64)
 		*f.RecoveryS = max(at-f.EndS, 0)
-		f.Recovery = fmt.Sprintf("exact from %.0fs", at)
+		f.Recovery = fmt.Sprintf("exact from %.2fs", at)
 		if first := c.window(c.Start + int64(f.EndS*1e9)); k > first {
-			f.Recovery += fmt.Sprintf("; the last window not exact, [%ds, %ds): %s", k-1, k, c.win[k-1].signs())
+			f.Recovery += "; the last window not exact, " + c.windowText(k-1)
 		}
 		var during []string
 		for _, g := range c.Faults {
@@ -286,6 +290,12 @@ func (c *Judge) recovery() {
 			f.Recovery += fmt.Sprintf("; faults started meanwhile: %v", during)
 		}
 	}
+}
+
+// windowText names window k and what kept it from being exact.
+func (c *Judge) windowText(k int) string {
+	w := checkWindow.Seconds()
+	return fmt.Sprintf("[%.2fs, %.2fs): %s", float64(k)*w, float64(k+1)*w, c.win[k].signs())
 }
 
 // lastInexact returns the last window that is not exact, -1 when none.

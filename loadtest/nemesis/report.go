@@ -164,7 +164,7 @@ func (f *Fault) recoveryText() string {
 	if f.RecoveryS == nil {
 		return "; " + f.Recovery
 	}
-	return fmt.Sprintf("; recovered +%.0fs (%s)", *f.RecoveryS, f.Recovery)
+	return fmt.Sprintf("; recovered +%.2fs (%s)", *f.RecoveryS, f.Recovery)
 }
 
 func fmtCounters(m map[string]float64) string {

@@ -58,7 +58,7 @@ func (r Rise) reach() (from, to int64, counted bool) {
 }
 
 // scrapeEvery is the Scraper's period.
-const scrapeEvery = 500 * time.Millisecond
+const scrapeEvery = 250 * time.Millisecond
 
 // scrapeSample is one scrape of one node process.
 type scrapeSample struct {
