@@ -50,11 +50,13 @@ func TestLeavingOwnerNamedBackFollowsItsPush(t *testing.T) {
 	}
 }
 
-func leaveNamedBack(t *testing.T, alg limit.Algorithm) {
-	const lim = 10
+// leavingCluster is three nodes a, b and c on a MemNet, not running (the
+// test runs their transfers), with a key a owns and b would own without a.
+func leavingCluster(t *testing.T) (nodes map[string]*Node, key string) {
+	t.Helper()
 	clk, net := newClock(), NewMemNet()
 	all := []ring.Member{{Name: "a", Addr: "mem:a"}, {Name: "b", Addr: "mem:b"}, {Name: "c", Addr: "mem:c"}}
-	nodes := map[string]*Node{}
+	nodes = map[string]*Node{}
 	for _, m := range all {
 		n, err := New(Config{Name: m.Name, GRPCAddr: m.Addr, Peers: net, Gossip: fixedGossip{members: all}, Now: clk.Now})
 		if err != nil {
@@ -64,14 +66,30 @@ func leaveNamedBack(t *testing.T, alg limit.Algorithm) {
 		rebuildSettled(t, n, all)
 		nodes[m.Name] = n
 	}
-	a := nodes["a"]
-	v := a.view.Load()
-	key := ""
+	v := nodes["a"].view.Load()
 	for i := 0; key == ""; i++ {
 		if k := "account:" + string(rune('a'+i%26)) + string(rune('a'+i/26)); v.snap.Owner(k).Name == "a" && v.backup.Owner(k).Name == "b" {
 			key = k
 		}
 	}
+	return nodes, key
+}
+
+// runPushes runs the transfers n's rebuilds queued.
+func runPushes(n *Node) {
+	n.mv.jobsMu.Lock()
+	jobs := n.mv.jobs
+	n.mv.jobs = nil
+	n.mv.jobsMu.Unlock()
+	for _, j := range jobs {
+		n.mv.runPush(context.Background(), j)
+	}
+}
+
+func leaveNamedBack(t *testing.T, alg limit.Algorithm) {
+	const lim = 10
+	nodes, key := leavingCluster(t)
+	a := nodes["a"]
 	b := nodes["b"]
 	ctx := context.Background()
 	check := []limit.Check{{Name: "r", Key: key, Hits: 1, Rule: rule(alg, lim, time.Hour)}}
@@ -100,13 +118,7 @@ func leaveNamedBack(t *testing.T, alg limit.Algorithm) {
 		answered <- res
 	}()
 	synctest.Wait() // b has named a back
-	a.mv.jobsMu.Lock()
-	jobs := a.mv.jobs
-	a.mv.jobs = nil
-	a.mv.jobsMu.Unlock()
-	for _, j := range jobs {
-		a.mv.runPush(ctx, j)
-	}
+	runPushes(a)
 	if res := <-answered; res[0].Owner != "b" {
 		t.Errorf("the check sent to a as it left was decided by %q, want b (the new owner, once the push landed)", res[0].Owner)
 	}
@@ -130,4 +142,68 @@ func leaveNamedBack(t *testing.T, alg limit.Algorithm) {
 			t.Errorf("%s counted %v fallback decisions and incomplete handoffs, want none", n.cfg.Name, f)
 		}
 	}
+}
+
+// TestLeavingOwnerNamesTheNewOwnerOnceThePushLanded: the second rebuild of
+// a leave (gossip's news of it, the same ring) keeps the partitions whose
+// push is under way marked moved, so a check forwarded to the leaving
+// node meanwhile is named the new owner only once the push has landed;
+// ended there, the new owner was named at once, before it held the state
+// (its ring still naming the leaving node, it named it back, and the
+// sender, bounced between the two, decided by its fail policy). And an
+// answer naming the leaving node that comes after the push landed (b
+// answered before) follows the leaving node's ring to where the partition
+// went, not to the fail policy.
+func TestLeavingOwnerNamesTheNewOwnerOnceThePushLanded(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		nodes, key := leavingCluster(t)
+		a := nodes["a"]
+		ctx := context.Background()
+		check := []limit.Check{{Name: "r", Key: key, Hits: 1, Rule: rule(limit.FixedWindow, 10, time.Hour)}}
+		left := make(chan error, 1)
+		go func() { left <- a.Leave() }()
+		synctest.Wait()
+		if err := a.rebuild(a.cfg.Gossip.Members()); err != nil { // the news of its own leave
+			t.Fatal(err)
+		}
+		p := a.view.Load().snap.PartitionOf(key)
+		if k := a.ho.kind(p); k != partMoved {
+			t.Errorf("a second rebuild while the push is under way left the partition %s, want moved", partKindNames[k])
+		}
+		answered := make(chan limit.Result, 1)
+		go func() {
+			res, err := a.CheckLocal(ctx, check)
+			if err != nil {
+				t.Errorf("CheckLocal: %v", err)
+			}
+			answered <- res[0]
+		}()
+		synctest.Wait()
+		var r limit.Result
+		select {
+		case r = <-answered:
+			t.Errorf("a check forwarded to the leaving node was answered %+v before its push landed", r)
+		default:
+		}
+		runPushes(a)
+		if r.Reason == limit.OK {
+			r = <-answered
+		}
+		if r.Reason != limit.NotOwner || r.Owner != "b" {
+			t.Errorf("once the push landed: %+v, want not owner, naming b", r)
+		}
+		if err := <-left; err != nil {
+			t.Fatalf("Leave: %v", err)
+		}
+
+		res := make([]limit.Result, 1)
+		a.redirect(ctx, nodes["b"].selfMember(), []routed{{ring.Member{Name: "a"}, 0}}, check, res, 1)
+		if res[0].Owner != "b" || !res[0].Allowed {
+			t.Errorf("b's late answer naming a: %+v, want decided by b", res[0])
+		}
+		if f := counterValue(a.m.fallback[a.cfg.FailPolicy]); f != 0 {
+			t.Errorf("a counted %v fallback decisions, want none", f)
+		}
+	})
 }
