@@ -165,6 +165,20 @@ func (h *handoff) counts() map[string]int {
 	return out
 }
 
+// answered reports whether pushed, a moved mark's channel, is closed: its
+// push was answered (nil: there is none under way).
+func answered(pushed chan struct{}) bool {
+	if pushed == nil {
+		return true
+	}
+	select {
+	case <-pushed:
+		return true
+	default:
+		return false
+	}
+}
+
 // closedChan is an already closed channel: a moved mark whose transfer is
 // complete.
 var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()

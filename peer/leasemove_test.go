@@ -106,10 +106,21 @@ func TestLeaseRecordsImportBounds(t *testing.T) {
 // left is not under its capacity (the refill, a hundred hits an hour, adds
 // nothing here). Before the records travelled, the leftovers of the
 // leases out at the leave were dropped: under by up to those leases.
+//
+// Nor is it over the capacity, leases on or off, unless a fallback was
+// counted: before a node named back by the new owner followed its push
+// (TestLeavingOwnerNamedBackFollowsItsPush), the owner, leaving, and the
+// new owner decided the key side by side, 1 to 319 hits over in about
+// one run of five, nothing counted.
 func TestLeasesCreditedAfterTheOwnerLeaves(t *testing.T) {
+	t.Run("leases", func(t *testing.T) { ownerLeavesUnderLoad(t, true) })
+	t.Run("no leases", func(t *testing.T) { ownerLeavesUnderLoad(t, false) })
+}
+
+func ownerLeavesUnderLoad(t *testing.T, leases bool) {
 	const capacity = 1_000_000
 	r := limit.Rule{Algorithm: limit.TokenBucket, Limit: 100, Period: time.Hour, Burst: capacity}
-	c := newMemCluster(t, 3, Config{Leases: true, LeaseThreshold: 1, ReplicationInterval: 100 * time.Millisecond, Peer: exactPeer})
+	c := newMemCluster(t, 3, Config{Leases: leases, LeaseThreshold: 1, ReplicationInterval: 100 * time.Millisecond, Peer: exactPeer})
 	before := c.degraded()
 	var load leaseLoad
 	owner := c.running()[0].node.view.Load().snap.Owner("k").Name
@@ -124,13 +135,17 @@ func TestLeasesCreditedAfterTheOwnerLeaves(t *testing.T) {
 	}
 	held := func() (n int64) {
 		for _, tn := range c.running() {
-			if tn.name != owner {
+			if tn.name != owner && tn.node.lh != nil {
 				n += tn.node.lh.held.Load()
 			}
 		}
 		return n
 	}
-	poll.Until(t, 30*time.Second, func() bool { return held() > 0 }, "a lease out before the owner leaves")
+	if leases {
+		poll.Until(t, 30*time.Second, func() bool { return held() > 0 }, "a lease out before the owner leaves")
+	} else {
+		poll.Until(t, 30*time.Second, func() bool { return load.sent.Load() >= 2000 }, "checks before the leave")
+	}
 	out := held()
 	close(stops[owner])
 	c.leave(ownerNode)
@@ -150,15 +165,18 @@ func TestLeasesCreditedAfterTheOwnerLeaves(t *testing.T) {
 		t.Fatalf("admitted %d of %d: too fast a machine for this test's capacity", got, capacity)
 	}
 	res := c.check(c.running()[0], limit.Check{Name: "quota", Key: "k", Rule: r}) // a peek
-	switch total := got + res[0].Remaining; {
-	case total < capacity && c.degraded() == before:
+	total := got + res[0].Remaining
+	switch degraded := c.degraded() - before; {
+	case total < capacity && degraded == 0:
 		t.Fatalf("admitted %d plus %d left after the owner's leave: %d under the capacity of %d (lessees held %d at the leave)",
 			got, res[0].Remaining, capacity-total, capacity, out)
-	case total > capacity:
-		// A graceful leave under concurrent load was seen 1-2 hits
-		// over in about one run of five with leases off as well: not
-		// this test's subject (docs/RELIABILITY.md).
-		t.Logf("admitted %d plus %d left: %d over the capacity (%v degraded decisions)", got, res[0].Remaining, total-capacity, c.degraded()-before)
+	case total > capacity && degraded == 0:
+		t.Fatalf("admitted %d plus %d left after the owner's leave: %d over the capacity of %d, no fallback or incomplete handoff counted",
+			got, res[0].Remaining, total-capacity, capacity)
+	case total != capacity:
+		// Checks sent to the owner as it stopped, or forwarded to it
+		// once gone, decided by the fail policy.
+		t.Logf("admitted %d plus %d left: %d off the capacity (%v degraded decisions)", got, res[0].Remaining, total-capacity, degraded)
 	}
 	t.Logf("admitted %d, %d left; lessees held %d at the leave (%.0f grants, %.0f checks from leases)",
 		got, res[0].Remaining, out, c.leaseGrants(), c.leaseDecisions())

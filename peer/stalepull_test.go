@@ -30,22 +30,7 @@ func TestPullMarksOnlyWhatThePullerOwns(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	// settled rebuilds n's ring for members and ends the pulls the
-	// rebuild planned, as if their state had arrived.
-	settled := func(n *Node, members []ring.Member) {
-		t.Helper()
-		if err := n.rebuild(members); err != nil {
-			t.Fatal(err)
-		}
-		n.mv.jobsMu.Lock()
-		n.mv.jobs = nil
-		n.mv.jobsMu.Unlock()
-		parts := make([]int, full.Partitions())
-		for p := range parts {
-			parts[p] = p
-		}
-		n.ho.settle(parts)
-	}
+	settled := func(n *Node, members []ring.Member) { rebuildSettled(t, n, members) }
 
 	// Rings agree: a keeps what the ring gives it.
 	a, err := New(Config{Name: "a"})
@@ -133,17 +118,7 @@ func TestPullMarksForAPullerAheadByItsJoin(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := n.rebuild(known); err != nil {
-			t.Fatal(err)
-		}
-		n.mv.jobsMu.Lock()
-		n.mv.jobs = nil
-		n.mv.jobsMu.Unlock()
-		all := make([]int, joined.Partitions())
-		for p := range all {
-			all[p] = p
-		}
-		n.ho.settle(all)
+		rebuildSettled(t, n, known)
 		v := n.view.Load()
 		moving, kept := -1, -1
 		for p := range joined.Partitions() {

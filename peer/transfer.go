@@ -146,9 +146,14 @@ func (mv *mover) planOthersLocked(h *handoff, pl *handoffPlan, p int, was, now r
 	case kind == partReceived, kind == partNormal && was.Name == mv.cfg.Name:
 		j := addPart(pl.pushes, now.Name, job{peer: now, why: pl.why, pushed: make(chan struct{})}, p)
 		h.setLocked(p, partMoved, partDetail{to: now, pushed: j.pushed, why: pl.why})
-	case kind == partMoved:
+	case kind == partMoved && (h.parts[p].to.Name != now.Name || answered(h.parts[p].pushed)):
 		// The ring agrees now, or the node we moved it to hands it on by
-		// its own ring.
+		// its own ring. While our push to the node the ring agrees on is
+		// under way, the mark stays (pushDone ends it): checks of it are
+		// named there only once the push has landed. Ended here, the
+		// second rebuild of a leave (gossip's news of it) named the new
+		// owner at once, before it held the state, and the sender,
+		// bounced between the two rings, decided by its fail policy.
 		h.setLocked(p, partNormal, partDetail{})
 	}
 	// An incoming partition lost before its state arrived stays
