@@ -45,9 +45,34 @@ func BenchmarkTakeKeys(b *testing.B) {
 				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N), "ns/check")
 				b.ReportMetric(float64(cpuTime()-cpu)/float64(b.N), "cpu-ns/check")
 			})
+			// As a node decides a batch: the keys of each next warmWindow
+			// checks warmed (Warm), then taken.
+			b.Run(fmt.Sprintf("%d/%s/warm", n, dist), func(b *testing.B) {
+				now, i := t0, 0
+				var window [warmWindow]string
+				b.ReportAllocs()
+				cpu := cpuTime()
+				for b.Loop() {
+					now += int64(ms)
+					if i%warmWindow == 0 {
+						for j := range window {
+							window[j] = keys[order[(i+j)&(len(order)-1)]]
+						}
+						l.Warm(window[:])
+					}
+					l.Take(keys[order[i&(len(order)-1)]], now, rule, 1)
+					i++
+				}
+				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N), "ns/check")
+				b.ReportMetric(float64(cpuTime()-cpu)/float64(b.N), "cpu-ns/check")
+			})
 		}
 	}
 }
+
+// warmWindow is how many checks' keys the warm rows warm at a time, as
+// peer does.
+const warmWindow = 16
 
 // cpuTime returns the process's user and system CPU time so far: on a
 // machine shared with other work, the CPU a loop used says more than the

@@ -80,6 +80,11 @@ func newKeyTable(cfg table.Config, shaping bool) keyTable {
 
 func (k *keyTable) Sweep(now int64, budget int) int { return k.t.Sweep(now, budget) }
 
+// Warm brings into the caches the state that takes of keys will read
+// (table.Table.Warm): call it with the keys of the next few checks of a
+// batch.
+func (k *keyTable) Warm(keys []string) { k.t.Warm(keys) }
+
 // Len returns how many keys are held.
 func (k *keyTable) Len() int { return k.t.Len() }
 

@@ -23,14 +23,24 @@ import (
 type keyBuf struct {
 	b     []byte
 	tally rulemetrics.Tally
+	// wb, wends and wkeys hold the keys of the checks being warmed
+	// (warm.go).
+	wb    []byte
+	wends []int
+	wkeys []string
 }
 
 func (k *keyBuf) key(name, key string) string {
-	b := binary.AppendUvarint(k.b[:0], uint64(len(name)))
-	b = append(b, name...)
-	b = append(b, key...)
+	b := appendKey(k.b[:0], name, key)
 	k.b = b
 	return unsafe.String(unsafe.SliceData(b), len(b))
+}
+
+// appendKey appends the table key of (name, key) to b.
+func appendKey(b []byte, name, key string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(name)))
+	b = append(b, name...)
+	return append(b, key...)
 }
 
 // putKeyBuf flushes kb's per-rule tally and returns it to the pool.

@@ -67,7 +67,10 @@ func (n *Node) Check(ctx context.Context, checks []limit.Check) ([]limit.Result,
 	var remote [][]int // by owner index: the items to forward there
 	var moved []routed // items of partitions moved elsewhere
 	var alone []int    // items of a node not joined yet: the fail policy
-	for i, end := 0, 0; i < len(checks); i = end {
+	for i, end, warmed := 0, 0, 0; i < len(checks); i = end {
+		if i >= warmed {
+			warmed = n.warm(kb, checks, i)
+		}
 		c := &checks[i]
 		if end = validRun(checks, i, res); end < 0 {
 			end = -end
@@ -321,7 +324,10 @@ func (n *Node) checkLocal(ctx context.Context, checks []limit.Check, standin boo
 	v := n.view.Load()
 	marked := n.ho.busy()
 	var waits []chan struct{} // pushes of the partitions this batch is sent after
-	for i, end := 0, 0; i < len(checks); i = end {
+	for i, end, warmed := 0, 0, 0; i < len(checks); i = end {
+		if i >= warmed {
+			warmed = n.warm(kb, checks, i)
+		}
 		c := &checks[i]
 		if end = validRun(checks, i, res); end < 0 {
 			end = -end

@@ -118,11 +118,11 @@ func (b *Budget) reclaim(skip any) {
 	}
 }
 
-// mapSlotBytes estimates what one key costs its shard's map: the string
-// header and the entry pointer, a control byte, and the slack of a map that
-// is between half and fully grown. Calibrated against the heap per key
-// measured by the algorithms' HeapPerKey benchmarks.
-const mapSlotBytes = 48
+// mapSlotBytes estimates what one key costs its shard's index: a slot of
+// 32 bytes (hash, key header, entry pointer) in an array between 3/8 and
+// 3/4 full (index.go). Calibrated against the heap per key measured by
+// the algorithms' HeapPerKey benchmarks.
+const mapSlotBytes = 56
 
 // StateSizer is implemented by states (*S) that hold heap memory of their
 // own beyond the entry, such as a log buffer. A table of such states
@@ -205,17 +205,16 @@ func (t *Table[S]) victim(skip any) (key string, used int64, ok bool) {
 		sh := &t.shards[(start+i)&t.mask]
 		sh.mu.RLock()
 		seen := 0
-		for k, e := range sh.m {
+		sh.ix.sample(rand.Uint64(), sh.ix.n, func(k string, e *Entry[S]) bool {
 			if any(e) == skip {
-				continue
+				return true
 			}
 			if u := e.used.Load() &^ markBit; !ok || u < used {
 				key, used, ok = k, u, true
 			}
-			if seen++; seen == evictSample {
-				break
-			}
-		}
+			seen++
+			return seen < evictSample
+		})
 		sh.mu.RUnlock()
 		if ok {
 			return key, used, true
@@ -225,16 +224,18 @@ func (t *Table[S]) victim(skip any) (key string, used int64, ok bool) {
 }
 
 func (t *Table[S]) evictKey(key string, skip any) bool {
-	sh := t.shardOf(key)
+	h := t.hash(key)
+	sh := t.shardOf(h)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	e := sh.m[key]
-	if e == nil || any(e) == skip {
+	i := sh.ix.find(h, key)
+	if i < 0 || any(sh.ix.slots[i].e) == skip {
 		return false
 	}
+	e := sh.ix.slots[i].e
 	dead := e.Dead()
 	e.kill()
-	delete(sh.m, key)
+	sh.ix.removeAt(i)
 	t.n.Add(-1)
 	t.release(key, e)
 	if !dead {

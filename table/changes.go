@@ -60,7 +60,7 @@ func (t *Table[S]) mark(key string, e *Entry[S]) {
 	for u := e.used.Load(); u&markBit == 0; u = e.used.Load() {
 		if e.used.CompareAndSwap(u, u|markBit) {
 			c := change[S]{key: strings.Clone(key), e: e} // the caller's key may be a reused buffer
-			sh := t.shardOf(key)
+			sh := t.shardOf(t.hash(key))
 			sh.chMu.Lock()
 			if len(sh.changes) >= t.changeCap {
 				sh.compactChangesLocked()

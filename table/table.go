@@ -1,6 +1,7 @@
 // Package table implements the concurrent keyed table that holds every
-// limiter's per-key state: a power-of-two array of padded shards, each a map
-// from key to *Entry behind a read-write mutex, with a key cap enforced by
+// limiter's per-key state: a power-of-two array of padded shards, each an
+// index from key to *Entry (open addressing: index.go) behind a read-write
+// mutex, with a key cap enforced by
 // evicting the least recently used keys and a bounded sweep that drops idle
 // keys.
 //
@@ -40,6 +41,7 @@ package table
 import (
 	"hash/maphash"
 	"math"
+	"math/rand/v2"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -158,12 +160,12 @@ type RetireFunc[S any] func(e *Entry[S], now int64) bool
 
 type shard[S any] struct {
 	mu sync.RWMutex
-	m  map[string]*Entry[S]
+	ix index[S]
 	// chMu guards changes, the keys marked changed since they were last
 	// drained (TrackChanges): a small lock of its own, never held with mu.
 	chMu    sync.Mutex
 	changes []change[S]
-	_       [128 - 24 - 8 - 8 - 24]byte // keep each shard's locks on their own cache lines
+	_       [128 - 24 - 48 - 8 - 24]byte // keep each shard's locks on their own cache lines
 }
 
 // Table maps keys to entries. See the package doc for the protocol.
@@ -189,6 +191,7 @@ type Table[S any] struct {
 	drainNext atomic.Uint64 // shard DrainChanged starts at
 	onFirst   func()        // Config.OnFirstKey; nil for none
 	onChange  func()        // Config.OnChange; nil for none
+	warmSink  atomic.Uint64 // written only when what Warm read sums to 1
 }
 
 // New returns an empty table. retire decides, for Sweep, whether an entry
@@ -226,23 +229,26 @@ func New[S any](cfg Config, retire RetireFunc[S]) *Table[S] {
 	t.track.Store(cfg.TrackChanges)
 	t.changeCap = max(2*t.shardCap, 64)
 	for i := range t.shards {
-		t.shards[i].m = make(map[string]*Entry[S])
+		t.shards[i].ix.init()
 	}
 	return t
 }
 
-func (t *Table[S]) shardOf(key string) *shard[S] {
-	return &t.shards[maphash.String(t.seed, key)&t.mask]
-}
+// hash is a key's hash: its low bits choose the shard, its high bits the
+// slot in the shard's index.
+func (t *Table[S]) hash(key string) uint64 { return maphash.String(t.seed, key) }
+
+func (t *Table[S]) shardOf(h uint64) *shard[S] { return &t.shards[h&t.mask] }
 
 // Get returns the live entry for key, creating a zero one if the key is
 // absent (evicting a least recently used key if its shard is full). now
 // (Unix ns) records the use for LRU. The entry may be retired at any time
 // after Get returns; callers retry Get when they find it Dead.
 func (t *Table[S]) Get(key string, now int64) *Entry[S] {
-	sh := t.shardOf(key)
+	h := t.hash(key)
+	sh := t.shardOf(h)
 	sh.mu.RLock()
-	e := sh.m[key]
+	e := sh.ix.get(h, key)
 	sh.mu.RUnlock()
 	if e != nil && !e.Dead() {
 		if u := e.used.Load(); now-u > touchGranularity || now < u {
@@ -252,12 +258,12 @@ func (t *Table[S]) Get(key string, now int64) *Entry[S] {
 		}
 		return e
 	}
-	return t.getIn(sh, key, now)
+	return t.getIn(sh, h, key, now)
 }
 
 // getIn is Get's slow path for a key of sh that was absent or retired.
-func (t *Table[S]) getIn(sh *shard[S], key string, now int64) *Entry[S] {
-	e, first := t.insert(sh, key, now)
+func (t *Table[S]) getIn(sh *shard[S], h uint64, key string, now int64) *Entry[S] {
+	e, first := t.insert(sh, h, key, now)
 	if first && t.onFirst != nil {
 		t.onFirst()
 	}
@@ -284,13 +290,15 @@ func (t *Table[S]) GetEach(n int, key func(i int) string, now int64, scratch *Ea
 	}
 	// Counting sort of 0..n-1 by shard.
 	sc := scratch
+	sc.hash = sized(sc.hash, n)
 	sc.shard = sized(sc.shard, n)
 	sc.order = sized(sc.order, n)
 	sc.start = sized(sc.start, len(t.shards)+1)
 	clear(sc.start)
 	for i := range n {
-		s := uint32(maphash.String(t.seed, key(i)) & t.mask)
-		sc.shard[i] = s
+		h := t.hash(key(i))
+		s := uint32(h & t.mask)
+		sc.hash[i], sc.shard[i] = h, s
 		sc.start[s+1]++
 	}
 	for s := 1; s < len(sc.start); s++ {
@@ -313,7 +321,7 @@ func (t *Table[S]) GetEach(n int, key func(i int) string, now int64, scratch *Ea
 		run := sc.order[from:to]
 		sh.mu.RLock()
 		for j, i := range run {
-			sc.entries[from+int32(j)] = sh.m[key(int(i))]
+			sc.entries[from+int32(j)] = sh.ix.get(sc.hash[i], key(int(i)))
 		}
 		sh.mu.RUnlock()
 		for j, i := range run {
@@ -324,7 +332,7 @@ func (t *Table[S]) GetEach(n int, key func(i int) string, now int64, scratch *Ea
 					e.used.CompareAndSwap(u, now&^markBit|u&markBit)
 				}
 			} else {
-				e = t.getIn(sh, key(int(i)), now)
+				e = t.getIn(sh, sc.hash[i], key(int(i)), now)
 			}
 			fn(int(i), e)
 		}
@@ -335,6 +343,7 @@ func (t *Table[S]) GetEach(n int, key func(i int) string, now int64, scratch *Ea
 // EachScratch holds GetEach's buffers between calls. Its zero value is
 // ready; it is not safe for concurrent use.
 type EachScratch[S any] struct {
+	hash    []uint64
 	shard   []uint32
 	order   []int32
 	start   []int32
@@ -358,9 +367,10 @@ func (t *Table[S]) Lookup(key string, now int64, insert bool) *Entry[S] {
 	if insert {
 		return t.Get(key, now)
 	}
-	sh := t.shardOf(key)
+	h := t.hash(key)
+	sh := t.shardOf(h)
 	sh.mu.RLock()
-	e := sh.m[key]
+	e := sh.ix.get(h, key)
 	sh.mu.RUnlock()
 	if e != nil && !e.Dead() {
 		return e
@@ -373,51 +383,49 @@ func (t *Table[S]) Lookup(key string, now int64, insert bool) *Entry[S] {
 // insert is Get's slow path: the key is absent, or mapped to a retired
 // entry that a sweep has not unlinked yet.
 // first reports that the table was empty before.
-func (t *Table[S]) insert(sh *shard[S], key string, now int64) (_ *Entry[S], first bool) {
+func (t *Table[S]) insert(sh *shard[S], h uint64, key string, now int64) (_ *Entry[S], first bool) {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if e := sh.m[key]; e != nil {
+	if i := sh.ix.find(h, key); i >= 0 {
+		e := sh.ix.slots[i].e
 		if !e.Dead() {
 			return e, false
 		}
-		delete(sh.m, key)
+		sh.ix.removeAt(i)
 		t.n.Add(-1)
 		t.release(key, e)
 	}
-	if len(sh.m) >= t.shardCap {
+	if sh.ix.n >= t.shardCap {
 		t.evictLocked(sh)
 	}
 	e := &Entry[S]{}
 	e.used.Store(now &^ markBit)
-	sh.m[strings.Clone(key)] = e
+	sh.ix.put(h, strings.Clone(key), e)
 	first = t.n.Add(1) == 1
 	t.charge(t.keyCost(key))
 	return e, first
 }
 
-// evictLocked removes the least recently used of a few entries of sh.
-// Go's map iteration starts at a random place, which makes the sample
-// random. sh.mu must be held for writing.
+// evictLocked removes the least recently used of a few entries of sh,
+// sampled from a random slot on (keys sit in their index by hash, so
+// neighbours in it are a random sample). sh.mu must be held for writing.
 func (t *Table[S]) evictLocked(sh *shard[S]) {
 	var (
 		victimKey string
 		victim    *Entry[S]
-		seen      int
 	)
-	for k, e := range sh.m {
+	sh.ix.sample(rand.Uint64(), evictSample, func(k string, e *Entry[S]) bool {
 		if victim == nil || e.used.Load() < victim.used.Load() {
 			victimKey, victim = k, e
 		}
-		if seen++; seen == evictSample {
-			break
-		}
-	}
+		return true
+	})
 	if victim == nil {
 		return
 	}
 	dead := victim.Dead()
 	victim.kill()
-	delete(sh.m, victimKey)
+	sh.ix.del(t.hash(victimKey), victimKey)
 	t.n.Add(-1)
 	t.release(victimKey, victim)
 	if !dead {
@@ -438,20 +446,23 @@ func (t *Table[S]) Sweep(now int64, budget int) (removed int) {
 		sh := &t.shards[t.cursor.Add(1)&t.mask]
 		dead = dead[:0]
 		sh.mu.RLock()
-		visited += len(sh.m)
-		for k, e := range sh.m {
+		visited += sh.ix.n
+		sh.ix.sample(0, sh.ix.n, func(k string, e *Entry[S]) bool {
 			if t.retire(e, now) {
 				dead = append(dead, k)
 			}
-		}
+			return true
+		})
 		sh.mu.RUnlock()
 		if len(dead) == 0 {
 			continue
 		}
 		sh.mu.Lock()
 		for _, k := range dead {
-			if e := sh.m[k]; e != nil && e.Dead() {
-				delete(sh.m, k)
+			h := t.hash(k)
+			if i := sh.ix.find(h, k); i >= 0 && sh.ix.slots[i].e.Dead() {
+				e := sh.ix.slots[i].e
+				sh.ix.removeAt(i)
 				t.n.Add(-1)
 				t.release(k, e)
 				removed++
@@ -467,16 +478,18 @@ func (t *Table[S]) Sweep(now int64, budget int) (removed int) {
 // pointer to it looks the key up again and starts from a fresh state
 // rather than updating the removed one.
 func (t *Table[S]) Delete(key string) bool {
-	sh := t.shardOf(key)
+	h := t.hash(key)
+	sh := t.shardOf(h)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	e := sh.m[key]
-	if e == nil {
+	i := sh.ix.find(h, key)
+	if i < 0 {
 		return false
 	}
+	e := sh.ix.slots[i].e
 	live := !e.Dead()
 	e.kill()
-	delete(sh.m, key)
+	sh.ix.removeAt(i)
 	t.n.Add(-1)
 	t.release(key, e)
 	return live
@@ -485,9 +498,10 @@ func (t *Table[S]) Delete(key string) bool {
 // Peek returns the live entry of key, or nil when it is absent. It never
 // inserts and does not count as a use.
 func (t *Table[S]) Peek(key string) *Entry[S] {
-	sh := t.shardOf(key)
+	h := t.hash(key)
+	sh := t.shardOf(h)
 	sh.mu.RLock()
-	e := sh.m[key]
+	e := sh.ix.get(h, key)
 	sh.mu.RUnlock()
 	if e == nil || e.Dead() {
 		return nil
@@ -505,11 +519,12 @@ func (t *Table[S]) Range(fn func(key string) bool) {
 		sh := &t.shards[i]
 		keys = keys[:0]
 		sh.mu.RLock()
-		for k, e := range sh.m {
+		sh.ix.sample(0, sh.ix.n, func(k string, e *Entry[S]) bool {
 			if !e.Dead() {
 				keys = append(keys, k)
 			}
-		}
+			return true
+		})
 		sh.mu.RUnlock()
 		for _, k := range keys {
 			if !fn(k) {

@@ -107,9 +107,10 @@ func TestCapEvictsLeastRecentlyUsed(t *testing.T) {
 	hotLost := 0
 	for i := range capacity / 2 {
 		key := fmt.Sprint("k", i)
-		sh := tb.shardOf(key)
+		h := tb.hash(key)
+		sh := tb.shardOf(h)
 		sh.mu.RLock()
-		_, ok := sh.m[key]
+		ok := sh.ix.get(h, key) != nil
 		sh.mu.RUnlock()
 		if !ok {
 			hotLost++

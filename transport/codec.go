@@ -71,13 +71,20 @@ func (c *codec) Unmarshal(data mem.BufferSlice, v any) error {
 	if !ok {
 		return c.std.Unmarshal(data, v)
 	}
-	buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
-	defer buf.Free()
-	return m.Decode(buf.ReadOnlyData()) // copies what it keeps: buf is freed
+	if len(data) == 1 {
+		return m.Decode(data[0].ReadOnlyData()) // copies what it keeps
+	}
+	// A message of several frames is copied into one buffer of our pool,
+	// which does not clear it first (bufpool.go): the copy overwrites
+	// every byte that Decode reads.
+	buf := bufs.Get(data.Len())
+	defer bufs.Put(buf)
+	data.CopyTo(*buf)
+	return m.Decode(*buf) // copies what it keeps: buf goes back to the pool
 }
 
-// minPooled is the smallest encoding marshalSized takes from gRPC's buffer
-// pool. The standard codec pools from 1 KiB up; an answer of a few dozen
+// minPooled is the smallest encoding marshalSized takes from the codec's
+// buffer pool (bufpool.go). The standard codec pools from 1 KiB up; an answer of a few dozen
 // items is smaller, and a pooled buffer saves it two of its three
 // allocations (the bytes, and their boxing as a mem.Buffer) and gives the
 // bytes back once sent.
@@ -94,7 +101,7 @@ func marshalSized(m Encoder) (mem.BufferSlice, error) {
 		}
 		return mem.BufferSlice{mem.SliceBuffer(b)}, nil
 	}
-	pool := mem.DefaultBufferPool()
+	pool := &bufs // not cleared: AppendTo writes all size bytes (bufpool.go)
 	buf := pool.Get(size)
 	b, err := m.AppendTo((*buf)[:0])
 	if err == nil && len(b) != size {

@@ -132,6 +132,11 @@ func (h hybridTable) Sweep(now int64, budget int) int { return h.t.Sweep(clampTi
 // Len returns how many keys are held.
 func (h hybridTable) Len() int { return h.t.Len() }
 
+// Warm brings into the caches the entries that takes of keys will look up
+// (table.Table.Warm): call it with the keys of the next few checks of a
+// batch.
+func (h hybridTable) Warm(keys []string) { h.t.Warm(keys) }
+
 // Evicted returns how many keys were evicted to respect the key cap.
 func (h hybridTable) Evicted() uint64 { return h.t.Evicted() }
 

@@ -182,6 +182,11 @@ func (l *Log) Take(key string, now int64, r limit.Rule, hits int64) limit.Decisi
 // second at now, and returns how many it removed.
 func (l *Log) Sweep(now int64, budget int) int { return l.t.Sweep(clampTime(now), budget) }
 
+// Warm brings into the caches the entries that takes of keys will look up
+// (table.Table.Warm): call it with the keys of the next few checks of a
+// batch.
+func (l *Log) Warm(keys []string) { l.t.Warm(keys) }
+
 // Len returns how many keys are held.
 func (l *Log) Len() int { return l.t.Len() }
 

@@ -1,0 +1,6 @@
+//go:build !race
+
+package table
+
+// raceEnabled reports a build with the race detector (see Warm).
+const raceEnabled = false
