@@ -138,11 +138,14 @@ func defineBools(fs *flag.FlagSet, raw map[string]*string) {
 		"rls-headers":                        "Envoy rate-limit service: add rate-limit response headers for the descriptor closest to its limit (format: --rls-headers-format)",
 		"rls-stop-increment-when-over-limit": "Envoy rate-limit service: count only the hits a descriptor admits (envoyproxy/ratelimit's STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT); by default every hit counts, past the limit",
 		"rls-dynamic-metadata":               "Envoy rate-limit service: return envoyproxy/ratelimit's dynamic metadata (domain, descriptors, hitsAddend, the metadata of the rules that passed), as its RESPONSE_DYNAMIC_METADATA",
-		"leases":                             "lease hot keys (docs/ARCHITECTURE.md, Leases): grant shares of the keys this node owns to the nodes that ask, each debited from the key, and ask for them for the TOKEN_BUCKET, FIXED_WINDOW and SLIDING_WINDOW keys this node forwards above --lease-threshold, deciding their checks here (a rules file's lease: false opts a limit out); exact, off by default",
+		"leases":                             "lease hot keys (docs/ARCHITECTURE.md, Leases): grant shares of the keys this node owns to the nodes that ask, each debited from the key, and ask for them for the TOKEN_BUCKET, FIXED_WINDOW and SLIDING_WINDOW keys this node forwards above --lease-threshold, deciding their checks here (a rules file's lease: false opts a limit out); exact; on by default, --leases=false turns them off",
 		"client-leases":                      "let any client process hold leases of hot keys (shardlimiter.v1.Leases; docs/ARCHITECTURE.md, Leases), UNAUTHENTICATED, for development; with --tls-client-ca-file clients holding a verified certificate may without it; grants need --leases",
 		"pprof":                              "serve Go profiles at /debug/pprof/ on the HTTP address, for operators profiling a node",
 	} {
 		b := boolString("false")
+		if name == "leases" {
+			b = "true"
+		}
 		raw[name] = (*string)(&b)
 		fs.Var(&b, name, usage+" (env "+envName(name)+")")
 	}
