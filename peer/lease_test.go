@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/shardlimiter/shardlimiter/limit"
+	"github.com/shardlimiter/shardlimiter/ring"
 )
 
 // leaseOwner is a mover that grants leases, on host a of a ring a, b, c,
@@ -233,5 +234,27 @@ func TestLeaseGrantsInspected(t *testing.T) {
 	}
 	if got := mv.leases.grantsOf(key, end); len(got) != 0 {
 		t.Errorf("once the grants ended: %+v, want none", got)
+	}
+}
+
+// TestNoLeaseCallStartsOnceStopped: a check still in flight as the node's
+// run ends (its lease calls awaited, Run's lh.wait) may pass the lease
+// threshold; it starts no call then (a WaitGroup Add beside its Wait is a
+// data race, seen once under -race when a lessee was crashed with its
+// callers' checks in flight).
+func TestNoLeaseCallStartsOnceStopped(t *testing.T) {
+	t.Parallel()
+	n, err := New(Config{Name: "a", Leases: true, LeaseThreshold: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lh := n.lh
+	e := &heldKey{key: "k", rule: limit.Rule{Algorithm: limit.TokenBucket, Limit: 10, Period: time.Second}}
+	e.rate.Store(1000)
+	lh.wait()
+	lh.renew(e, ring.Member{Name: "b", Addr: "127.0.0.1:1", PeerAddr: "127.0.0.1:1"}, 1)
+	lh.wg.Wait() // a call started anyway ends here
+	if e.busy.Load() || e.ask.Load() != 0 {
+		t.Fatalf("a lease call ran after the holder stopped (busy %v, next ask at %d)", e.busy.Load(), e.ask.Load())
 	}
 }

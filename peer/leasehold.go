@@ -63,6 +63,11 @@ type leaseHolder struct {
 
 	held atomic.Int64   // hits held in leases, all keys
 	wg   sync.WaitGroup // the lease calls in flight (ask)
+	// callsMu orders starting a call (wg.Add) against wait: once
+	// stopped, no call starts (a check in flight as the node's run ends
+	// may still pass the threshold; an Add beside Wait is a race).
+	callsMu sync.Mutex
+	stopped bool // guarded by callsMu
 }
 
 // heldKey is one key's lease and demand on the lessee.
@@ -205,10 +210,19 @@ func (lh *leaseHolder) renew(e *heldKey, owner ring.Member, now int64) {
 	if e.rate.Load() < lh.threshold || now < e.ask.Load() || lh.n.leaving.Load() || !e.busy.CompareAndSwap(false, true) {
 		return
 	}
-	lh.wg.Go(func() {
+	lh.callsMu.Lock()
+	if lh.stopped {
+		lh.callsMu.Unlock()
+		e.busy.Store(false)
+		return
+	}
+	lh.wg.Add(1)
+	lh.callsMu.Unlock()
+	go func() {
+		defer lh.wg.Done()
 		defer e.busy.Store(false)
 		lh.ask(e, owner)
-	})
+	}()
 }
 
 // ask asks owner for a grant for e and installs what it gets.
@@ -304,7 +318,12 @@ func (lh *leaseHolder) giveBack(e *heldKey, g *heldGrant) {
 // close; each is bounded by leaseCallTimeout). An expiry that fires later
 // finds the links closed and gives nothing back: the node is gone, its
 // hits stay spent.
-func (lh *leaseHolder) wait() { lh.wg.Wait() }
+func (lh *leaseHolder) wait() {
+	lh.callsMu.Lock()
+	lh.stopped = true
+	lh.callsMu.Unlock()
+	lh.wg.Wait()
+}
 
 // call makes one lease call to m.
 func (lh *leaseHolder) call(m ring.Member, r limit.LeaseRequest) (limit.LeaseGrant, error) {
