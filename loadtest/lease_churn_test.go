@@ -157,14 +157,12 @@ func TestLeasesExactForWindowsThroughGracefulChurn(t *testing.T) {
 		a := leaseChurnVerdict(t, r, 1, 3)
 		k := a.PerKey[0]
 		// Two nodes counting a key side by side through graceful churn
-		// (docs/RELIABILITY.md, "Deviations found"): 1 to 47 hits over
-		// in about one run in four here until the last causes were
-		// fixed, 0 in 44 runs since. Reported always; a failure above 5%
-		// of the bound until enough runs show none.
-		if k.OverAdmitted > k.Bound/20 {
-			t.Errorf("%s: key %s (owner moved 2 → 4 → 2 → another): admitted %d hits, bound %d: %d over, want at most %d", alg, k.Key, k.Admitted, k.Bound, k.OverAdmitted, k.Bound/20)
-		} else if k.OverAdmitted > 0 {
-			t.Logf("%s: %d hits over the bound (%.2f%%): the open deviation", alg, k.OverAdmitted, pct(k.OverAdmitted, k.Bound))
+		// (docs/RELIABILITY.md, "Deviations found") gave 1 to 47 hits
+		// over in about one run in four until its causes were fixed;
+		// 0 in 47 runs since, so leases are on by default and not one
+		// hit over is allowed.
+		if k.OverAdmitted > 0 {
+			t.Errorf("%s: key %s (owner moved 2 → 4 → 2 → another): admitted %d hits, bound %d: %d over", alg, k.Key, k.Admitted, k.Bound, k.OverAdmitted)
 		}
 		t.Logf("%s graceful churn: admitted %d, bound %d, exact replay %d: under-admitted %d hits (%.2f%%)",
 			alg, k.Admitted, k.Bound, k.Expected, k.UnderAdmitted, pct(k.UnderAdmitted, k.Expected))
