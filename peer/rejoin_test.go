@@ -47,21 +47,7 @@ func TestHeldDeadTakesItsPartitionsBack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// settle rebuilds a's ring for members and ends the pulls it planned.
-	settle := func(members []ring.Member) {
-		t.Helper()
-		if err := a.rebuild(members); err != nil {
-			t.Fatal(err)
-		}
-		a.mv.jobsMu.Lock()
-		a.mv.jobs = nil
-		a.mv.jobsMu.Unlock()
-		parts := make([]int, a.view.Load().snap.Partitions())
-		for p := range parts {
-			parts[p] = p
-		}
-		a.ho.settle(parts)
-	}
+	settle := func(members []ring.Member) { rebuildSettled(t, a, members) }
 	settle(all[:1])
 	settle(all)
 	// incoming lists a's partitions marked incoming, checking each one's
