@@ -132,10 +132,15 @@ func (mn *MemNet) Dial(self, addr string) (Link, error) {
 type memLink struct {
 	net        *MemNet
 	self, addr string
-	// mu is held for reading by each call in flight, and for writing by
-	// Close, which so waits for them.
-	mu     sync.RWMutex
+	// calls counts the calls in flight; Close waits for them. A
+	// WaitGroup, not a lock held through each call: a goroutine waiting
+	// for a lock is not durably blocked in a testing/synctest bubble, so
+	// a Close waiting for a call that waits for the bubble's clock (a
+	// pull waiting for its puller's ring) stopped the clock for good
+	// (seen: package sim's 50-member cluster hung forming).
+	mu     sync.Mutex
 	closed bool // guarded by mu
+	calls  sync.WaitGroup
 }
 
 // errMemUnreachable is the cause of a call to a node that is not there or
@@ -146,11 +151,14 @@ var errMemUnreachable = errors.New("peer: memnet: node unreachable")
 // with ctx bounded by the net's timeout (at least floor), and classifies
 // its error as the gRPC links do.
 func (l *memLink) call(ctx context.Context, floor time.Duration, fn func(ctx context.Context, n *Node) error) error {
-	l.mu.RLock()
-	defer l.mu.RUnlock()
+	l.mu.Lock()
 	if l.closed {
+		l.mu.Unlock()
 		return transport.ErrClosed
 	}
+	l.calls.Add(1)
+	l.mu.Unlock()
+	defer l.calls.Done()
 	mn := l.net
 	mn.mu.Lock()
 	latency, timeout := mn.latency, max(mn.timeout, floor)
@@ -249,6 +257,7 @@ func (l *memLink) Close() error {
 	l.mu.Lock()
 	l.closed = true
 	l.mu.Unlock()
+	l.calls.Wait()
 	l.net.mu.Lock()
 	delete(l.net.links, l)
 	l.net.mu.Unlock()
