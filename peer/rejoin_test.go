@@ -37,11 +37,7 @@ func (g *refutingGossip) DeathsRefuted() uint64         { return g.refutes.Load(
 // Without a refutation, or while alone, nothing is marked.
 func TestHeldDeadTakesItsPartitionsBack(t *testing.T) {
 	t.Parallel()
-	all := []ring.Member{
-		{Name: "a", Addr: "127.0.0.1:1", PeerAddr: "127.0.0.1:11"},
-		{Name: "b", Addr: "127.0.0.1:2", PeerAddr: "127.0.0.1:12"},
-		{Name: "c", Addr: "127.0.0.1:3", PeerAddr: "127.0.0.1:13"},
-	}
+	all := abcMembers()
 	g := &refutingGossip{members: all}
 	a, err := New(Config{Name: "a", Gossip: g, PeerBackoff: time.Hour})
 	if err != nil {

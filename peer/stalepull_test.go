@@ -20,11 +20,7 @@ import (
 // those members' ring gives the puller.
 func TestPullMarksOnlyWhatThePullerOwns(t *testing.T) {
 	t.Parallel()
-	all := []ring.Member{
-		{Name: "a", Addr: "127.0.0.1:1", PeerAddr: "127.0.0.1:11"},
-		{Name: "b", Addr: "127.0.0.1:2", PeerAddr: "127.0.0.1:12"},
-		{Name: "c", Addr: "127.0.0.1:3", PeerAddr: "127.0.0.1:13"},
-	}
+	all := abcMembers()
 	full, err := ring.New(all, 1, ring.Config{})
 	if err != nil {
 		t.Fatal(err)
@@ -180,5 +176,15 @@ func TestPullMarksForAPullerAheadByItsJoin(t *testing.T) {
 	}
 	if !n.mv.grantsHeld(moving, n.cfg.Now().UnixNano()) {
 		t.Error("a partition whose pull was answered unmarked is leased meanwhile")
+	}
+}
+
+// abcMembers is a ring of three members, a, b and c, at loopback
+// addresses nothing serves.
+func abcMembers() []ring.Member {
+	return []ring.Member{
+		{Name: "a", Addr: "127.0.0.1:1", PeerAddr: "127.0.0.1:11"},
+		{Name: "b", Addr: "127.0.0.1:2", PeerAddr: "127.0.0.1:12"},
+		{Name: "c", Addr: "127.0.0.1:3", PeerAddr: "127.0.0.1:13"},
 	}
 }
