@@ -70,9 +70,10 @@ type config struct {
 	hits       int64
 	seed       uint64
 
-	faults    []string     // --faults: nemesis fault kinds; nil = all
-	keepLogs  bool         // --keep-logs: nemesis keeps its nodes' logs
-	churn     []churnEvent // --churn, in time order; nil without
+	faults    []string      // --faults: nemesis fault kinds; nil = all
+	faultGap  time.Duration // --fault-gap: nemesis faults one at a time, this far apart; 0 = overlapping
+	keepLogs  bool          // --keep-logs: nemesis keeps its nodes' logs
+	churn     []churnEvent  // --churn, in time order; nil without
 	churnSpec string
 
 	idleLoad   time.Duration // --mode idle: load before the window; 0 = none
@@ -112,6 +113,7 @@ func newFlagSet(out io.Writer, c *config, r *rawFlags) *flag.FlagSet {
 	fs.StringVar(&c.serverBin, "server-bin", "", "with --local: use this shardlimiter binary instead of building one")
 	fs.StringVar(&c.churnSpec, "churn", "", "accuracy mode with --local: membership events during each algorithm's run, `OFFSET:EVENT,…` with EVENT join, leave=I, kill=I, restart=I or stop=I/D (I = node number from 1 in start order, node 1 never; D = pause), e.g. 6s:join,14s:leave=2,22s:restart=2; each algorithm gets a fresh cluster")
 	fs.StringVar(&r.faults, "faults", "", "--mode nemesis: the fault kinds to inject, a comma list of kill, term, stop, partition, oneway, netem, diskfull, corrupt, allstop (default all; the network and disk ones need root)")
+	fs.DurationVar(&c.faultGap, "fault-gap", 0, "--mode nemesis: inject one fault at a time, each starting this long after the one before ended (and its restart), so that each fault's recovery is measured alone and judged against its target (docs/RELIABILITY.md); 0 = overlapping faults")
 	fs.BoolVar(&c.keepLogs, "keep-logs", false, "--mode nemesis: keep the directory of the nodes' stderr logs (and state dirs) and print its path")
 	fs.StringVar(&r.metricsTargets, "metrics-targets", "", "comma-separated HTTP addresses whose /metrics give server CPU (automatic with --local)")
 	fs.BoolVar(&c.calibrate, "calibrate", false, "first measure an in-process admit-everything gRPC server: the transport ceiling")

@@ -146,7 +146,7 @@ func runNemesis(ctx context.Context, cfg *config, bin string, log io.Writer) (*n
 	scr := nemesis.NewScraper(cfg.local, httpClient, httpScheme)
 	in := &injector{c: c, lab: r.lab, netem: r.lab != nil && r.lab.HasNetem(), stateDirs: r.stateDirs, scr: scr, log: log, nodeMu: make([]sync.Mutex, cfg.local),
 		down: make([]atomic.Bool, cfg.local)}
-	faults := nemesis.Plan(cfg.seed, cfg.local, cfg.duration, r.kinds())
+	faults := nemesis.Plan(cfg.seed, cfg.local, cfg.duration, r.kinds(), cfg.faultGap)
 	fmt.Fprintf(log, "loadtest: nemesis seed %d: %d faults over %v\n", cfg.seed, len(faults), cfg.duration)
 	start := r.drive(ctx, ts, ks, rec, scr, in, faults)
 	rep.Faults, rep.RecordFull = faults, rec.Full()
@@ -270,7 +270,7 @@ func (r *nemesisRun) newReport() *nemesis.Report {
 	rep := &nemesis.Report{Mode: modeNemesis, Seed: r.cfg.seed, Nodes: r.cfg.local, DurationS: r.cfg.duration.Seconds(),
 		Namespaces: r.lab != nil, Skipped: r.skipped, Workers: r.cfg.concurrency,
 		OverByAlgorithm: map[string]int64{}, OverByFault: map[string]int64{},
-		MemoryBudget: nemesisNodeMemory << 20}
+		MemoryBudget: nemesisNodeMemory << 20, FaultGapS: r.cfg.faultGap.Seconds()}
 	for _, a := range nemesis.Algorithms {
 		rep.Rules = append(rep.Rules, fmt.Sprint(r.cfg.ruleFor(a)))
 	}

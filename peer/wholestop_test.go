@@ -96,6 +96,8 @@ func TestWholeClusterLeaves(t *testing.T) {
 // log says so: no "keys dropped", no warning about a failed push, and a
 // line per node naming the final snapshot with its key count and path
 // (seen: "push failed" and "6 keys dropped" while the file kept all 6).
+// Only what is logged from the stop on is judged: on a loaded machine a
+// join's pull as the cluster forms can time out, and say so, before it.
 func TestWholeClusterStopWithStateDirKeepsKeys(t *testing.T) {
 	t.Parallel()
 	logs := &lockedBuffer{}
@@ -105,6 +107,16 @@ func TestWholeClusterStopWithStateDirKeepsKeys(t *testing.T) {
 	if got := c.spend(nodes[0], testKeys(30), rule(limit.FixedWindow, 10, time.Hour), 2); got != 60 {
 		t.Fatalf("before the stop: %d admitted, want 60", got)
 	}
+	idle := func() bool {
+		for _, tn := range nodes {
+			if !tn.node.mv.handoffIdle() {
+				return false
+			}
+		}
+		return true
+	}
+	poll.Until(t, 10*time.Second, idle, "no transfer is under way before the stop")
+	stopAt := len(logs.String())
 	var wg sync.WaitGroup
 	for _, tn := range nodes {
 		wg.Go(func() {
@@ -115,19 +127,12 @@ func TestWholeClusterStopWithStateDirKeepsKeys(t *testing.T) {
 	}
 	wg.Wait()
 	c.signal()
-	poll.Until(t, 5*time.Second, func() bool {
-		for _, tn := range nodes {
-			if !tn.node.mv.handoffIdle() {
-				return false
-			}
-		}
-		return true
-	}, "no transfer is under way")
+	poll.Until(t, 5*time.Second, idle, "no transfer is under way")
 	for _, tn := range nodes {
 		tn.node.NoteNoneLeft() // as the command's drain does once the others are gone
 	}
 	c.stopAll()
-	out := logs.String()
+	out := logs.String()[stopAt:]
 	for _, bad := range []string{"keys dropped", "level=WARN"} {
 		if strings.Contains(out, bad) {
 			t.Errorf("logged %q on a stop of every node with a state directory:\n%s", bad, out)

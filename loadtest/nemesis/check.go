@@ -122,6 +122,7 @@ func (c *Judge) Run(rep *Report) {
 		c.judgeKey(k)
 	}
 	c.recovery()
+	rep.SumRecoveries()
 }
 
 // markCounted marks the windows near a rise of a counted fallback, and

@@ -79,9 +79,14 @@ const SettleTail = 8 * time.Second
 // allstop overlaps no process fault; network faults overlap anything but
 // another of their own (one cut and one netem at a time). Kinds not in
 // kinds are left out. The plan ends SettleTail before duration.
-func Plan(seed uint64, nodes int, duration time.Duration, kinds []string) []Fault {
+//
+// A gap above zero spaces the faults instead: none overlaps another, and
+// each starts gap after the one before ended (after RestartAllowance
+// too, for a process fault), so that each fault's recovery is measured
+// alone (Judge's recovery needs 3 s of exact answers after it).
+func Plan(seed uint64, nodes int, duration time.Duration, kinds []string, gap time.Duration) []Fault {
 	rng := rand.New(rand.NewPCG(seed, 0x6e656d65736973))
-	p := planner{rng: rng, nodes: nodes, busy: make([]float64, nodes+1)}
+	p := planner{rng: rng, nodes: nodes, busy: make([]float64, nodes+1), gap: gap.Seconds()}
 	limit := (duration - SettleTail).Seconds()
 	t := 3.0
 	for len(kinds) > 0 {
@@ -94,6 +99,9 @@ func Plan(seed uint64, nodes int, duration time.Duration, kinds []string) []Faul
 			}
 			p.add(f)
 			t += 1.5 + 3*rng.Float64()
+			if gap > 0 {
+				t = max(t, p.quiet)
+			}
 		}
 	}
 	return nil
@@ -111,6 +119,8 @@ type planner struct {
 	netBusy float64   // partition or oneway until
 	emBusy  float64   // netem until
 	disk    []float64 // diskfull per node until
+	gap     float64   // spaced plan: seconds of quiet after each fault
+	quiet   float64   // spaced plan: the next fault starts at this or later
 	plan    []Fault
 }
 
@@ -164,6 +174,12 @@ func (p *planner) draw(kind string, t float64) Fault {
 // add books f's nodes until its end.
 func (p *planner) add(f Fault) {
 	end := f.AtS + f.ForS
+	if p.gap > 0 {
+		p.quiet = end + p.gap
+		if ProcessFault(f.Kind) {
+			p.quiet += RestartAllowance
+		}
+	}
 	switch {
 	case f.Kind == AllStop:
 		for n := range p.busy {

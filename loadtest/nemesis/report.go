@@ -18,8 +18,10 @@ type Report struct {
 	Rules      []string `json:"rules"`
 	Workers    int      `json:"workers"`
 
-	FaultsByKind map[string]int `json:"faults_by_kind"`
-	Faults       []Fault        `json:"faults"`
+	FaultsByKind   map[string]int           `json:"faults_by_kind"`
+	Faults         []Fault                  `json:"faults"`
+	FaultGapS      float64                  `json:"fault_gap_s,omitempty"` // spaced faults (--fault-gap): recovery targets are judged
+	RecoveryByKind map[string]*KindRecovery `json:"recovery_by_kind"`
 
 	Calls               int64    `json:"calls"`
 	AnsweredCalls       int64    `json:"answered_calls"`
@@ -82,13 +84,14 @@ func (r *Report) Verdict() {
 			bad("%s at %.1fs failed: %s", f.Kind, f.StartS, f.Error)
 		}
 	}
+	r.Violations = append(r.Violations, r.recoveryViolations()...)
 }
 
 // WriteText writes the report as text.
 func WriteText(w io.Writer, r *Report) error {
 	var b strings.Builder
 	p := func(format string, a ...any) { fmt.Fprintf(&b, format+"\n", a...) }
-	p("nemesis: seed %d, %d nodes, %.0fs, %d workers, namespaces %v", r.Seed, r.Nodes, r.DurationS, r.Workers, r.Namespaces)
+	p("nemesis: seed %d, %d nodes, %.0fs, %d workers, namespaces %v, faults %s", r.Seed, r.Nodes, r.DurationS, r.Workers, r.Namespaces, r.spacing())
 	for _, s := range r.Skipped {
 		p("  skipped: %s", s)
 	}
@@ -102,6 +105,12 @@ func WriteText(w io.Writer, r *Report) error {
 	p("faults: %d (%s)", len(r.Faults), strings.Join(kinds, ", "))
 	for _, f := range r.Faults {
 		p("  %6.1fs–%6.1fs %-9s %s%s", f.StartS, f.EndS, f.Kind, f.Describe(), f.recoveryText())
+	}
+	if lines := r.recoveryLines(); len(lines) > 0 {
+		p("recovery by kind (until 3 s of exact answers in a row):")
+		for _, l := range lines {
+			p("  %s", l)
+		}
 	}
 	p("calls: %d, answered %d (the slowest in %.0f ms), unanswered %d (%d to a node down/stopped/restarting, %d to a running node)",
 		r.Calls, r.AnsweredCalls, r.MaxAnswerMS, r.UnansweredCalls, r.UnansweredCounted, r.UnansweredUncounted)
@@ -136,7 +145,11 @@ func WriteText(w io.Writer, r *Report) error {
 	} else {
 		p("verdict: %d VIOLATIONS: %s", len(r.Violations), strings.Join(r.Violations, "; "))
 	}
-	p("replay: --mode nemesis --local %d --duration %.0fs --seed %d", r.Nodes, r.DurationS, r.Seed)
+	gap := ""
+	if r.FaultGapS > 0 {
+		gap = fmt.Sprintf(" --fault-gap %gs", r.FaultGapS)
+	}
+	p("replay: --mode nemesis --local %d --duration %.0fs --seed %d%s", r.Nodes, r.DurationS, r.Seed, gap)
 	_, err := io.WriteString(w, b.String())
 	return err
 }
@@ -200,4 +213,12 @@ func (r *Report) CountFaults() {
 		}
 		return 0
 	})
+}
+
+// spacing says how the faults were scheduled.
+func (r *Report) spacing() string {
+	if r.FaultGapS > 0 {
+		return fmt.Sprintf("one at a time, %gs apart", r.FaultGapS)
+	}
+	return "overlapping"
 }
