@@ -96,22 +96,7 @@ func WriteText(w io.Writer, r *Report) error {
 		p("  skipped: %s", s)
 	}
 	p("rules: %s", strings.Join(r.Rules, "; "))
-	var kinds []string
-	for _, k := range Kinds {
-		if n := r.FaultsByKind[k]; n > 0 {
-			kinds = append(kinds, fmt.Sprintf("%s %d", k, n))
-		}
-	}
-	p("faults: %d (%s)", len(r.Faults), strings.Join(kinds, ", "))
-	for _, f := range r.Faults {
-		p("  %6.1fs–%6.1fs %-9s %s%s", f.StartS, f.EndS, f.Kind, f.Describe(), f.recoveryText())
-	}
-	if lines := r.recoveryLines(); len(lines) > 0 {
-		p("recovery by kind (until 3 s of exact answers in a row):")
-		for _, l := range lines {
-			p("  %s", l)
-		}
-	}
+	r.writeFaults(p)
 	p("calls: %d, answered %d (the slowest in %.0f ms), unanswered %d (%d to a node down/stopped/restarting, %d to a running node)",
 		r.Calls, r.AnsweredCalls, r.MaxAnswerMS, r.UnansweredCalls, r.UnansweredCounted, r.UnansweredUncounted)
 	for _, s := range r.UncountedCalls {
@@ -221,4 +206,25 @@ func (r *Report) spacing() string {
 		return fmt.Sprintf("one at a time, %gs apart", r.FaultGapS)
 	}
 	return "overlapping"
+}
+
+// writeFaults writes the faults, each with its recovery, and the recovery
+// by kind.
+func (r *Report) writeFaults(p func(format string, a ...any)) {
+	var kinds []string
+	for _, k := range Kinds {
+		if n := r.FaultsByKind[k]; n > 0 {
+			kinds = append(kinds, fmt.Sprintf("%s %d", k, n))
+		}
+	}
+	p("faults: %d (%s)", len(r.Faults), strings.Join(kinds, ", "))
+	for _, f := range r.Faults {
+		p("  %6.1fs–%6.1fs %-9s %s%s", f.StartS, f.EndS, f.Kind, f.Describe(), f.recoveryText())
+	}
+	if lines := r.recoveryLines(); len(lines) > 0 {
+		p("recovery by kind (until 3 s of exact answers in a row):")
+		for _, l := range lines {
+			p("  %s", l)
+		}
+	}
 }
