@@ -1,9 +1,11 @@
 package peer
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -24,6 +26,8 @@ type fakeHost struct {
 	tbl    []limiter
 	down   map[string]bool // members not reachable
 	refuse map[string]bool // members whose pushes fail
+	gone   map[string]bool // members gossip no longer lists
+	leaves bool            // this node is leaving
 	mu     sync.Mutex
 	pushed map[string][]limit.KeyState // by destination
 }
@@ -44,15 +48,18 @@ func newFakeHost(t testing.TB, self string, names ...string) *fakeHost {
 	}
 	tbl := make([]limiter, limit.TokenBucket+1)
 	tbl[limit.TokenBucket] = bucket.NewTokenBucket(table.Config{MaxKeys: 1000, TrackChanges: true})
-	return &fakeHost{v: v, ho: newHandoff(snap.Partitions()), tbl: tbl, down: map[string]bool{}, refuse: map[string]bool{}, pushed: map[string][]limit.KeyState{}}
+	return &fakeHost{v: v, ho: newHandoff(snap.Partitions()), tbl: tbl, down: map[string]bool{}, refuse: map[string]bool{}, gone: map[string]bool{}, pushed: map[string][]limit.KeyState{}}
 }
 
 func (h *fakeHost) ringView() *view                  { return h.v }
 func (h *fakeHost) marks() *handoff                  { return h.ho }
 func (h *fakeHost) tables() []limiter                { return h.tbl }
 func (h *fakeHost) member(name string) ring.Member   { return ring.Member{Name: name, Addr: name + ":1"} }
-func (h *fakeHost) gossipMembers() []ring.Member     { return h.v.snap.Members() }
-func (h *fakeHost) leaving() bool                    { return false }
+func (h *fakeHost) leaving() bool                    { return h.leaves }
+
+func (h *fakeHost) gossipMembers() []ring.Member {
+	return slices.DeleteFunc(h.v.snap.Members(), func(m ring.Member) bool { return h.gone[m.Name] })
+}
 func (h *fakeHost) othersAlive() bool                { return true }
 func (h *fakeHost) reachable(m ring.Member) bool     { return !h.down[m.Name] }
 func (h *fakeHost) link(m ring.Member) (Link, error) { return recordLink{h, m.Name}, nil }
@@ -167,4 +174,35 @@ func equalSets(a, b map[string]bool) bool {
 		}
 	}
 	return true
+}
+
+// TestPushToALeaverThatLeftIsNotAWarning: a leaving node's push that fails
+// because its receiver left meanwhile (a stop of several nodes at once) is
+// counted and logged at info, saying the keys stay here; a failed push to a
+// receiver gossip still lists is a warning, as before.
+func TestPushToALeaverThatLeftIsNotAWarning(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		leaving, gone bool
+		want, notWant string
+	}{
+		{"receiver left", true, true, `level=INFO msg="handoff: push failed; the receiver left too, dropped (no --state-dir)"`, "level=WARN"},
+		{"receiver still listed", true, false, `level=WARN msg="handoff: push failed"`, "the receiver left too"},
+		{"not leaving", false, true, `level=WARN msg="handoff: push failed"`, "the receiver left too"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newFakeHost(t, "a", "a", "b", "c")
+			h.leaves, h.gone["b"], h.refuse["b"] = tc.leaving, tc.gone, true
+			var logs bytes.Buffer
+			m := newMetrics(nil, nil, 0)
+			mv := newMover(Config{Name: "a", Now: newClock().Now}, h, slog.New(slog.NewTextHandler(&logs, nil)), m)
+			mv.runPush(context.Background(), job{peer: ring.Member{Name: "b", Addr: "b:1"}, why: limit.Leave, parts: []int{1, 2}, pushed: make(chan struct{})})
+			if out := logs.String(); !strings.Contains(out, tc.want) || strings.Contains(out, tc.notWant) {
+				t.Errorf("log %q; want %q and not %q", out, tc.want, tc.notWant)
+			}
+			if got := counterValue(m.handoffIncomplete); got != 1 {
+				t.Errorf("handoffs incomplete %v, want 1", got)
+			}
+		})
+	}
 }

@@ -449,10 +449,24 @@ func (mv *mover) runPush(ctx context.Context, j job) {
 			return
 		}
 		mv.m.handoffIncomplete.Inc()
+		if mv.host.leaving() && !mv.gossipKnows(j.peer.Name) {
+			// The receiver left while this node was leaving too (a stop of
+			// several nodes at once): what it did not take is still here
+			// and goes with this node. Counted, since a member that stays
+			// may own it now; not a warning of its own, since Leave says
+			// what becomes of the keys.
+			mv.log.Info("handoff: push failed; the receiver left too, "+mv.keptOrDropped(), "to", j.peer.Name, "partitions", len(j.parts), "keys", len(keys), "err", err)
+			return
+		}
 		mv.log.Warn("handoff: push failed", "to", j.peer.Name, "partitions", len(j.parts), "keys", len(keys), "err", err)
 		return
 	}
 	mv.log.Debug("handoff: pushed", "to", j.peer.Name, "partitions", len(j.parts), "keys", len(keys))
+}
+
+// gossipKnows reports whether gossip lists name as a member.
+func (mv *mover) gossipKnows(name string) bool {
+	return slices.ContainsFunc(mv.host.gossipMembers(), func(m ring.Member) bool { return m.Name == name })
 }
 
 // pushDone closes j.pushed and ends the moved marks of j's partitions that
