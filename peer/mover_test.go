@@ -51,11 +51,11 @@ func newFakeHost(t testing.TB, self string, names ...string) *fakeHost {
 	return &fakeHost{v: v, ho: newHandoff(snap.Partitions()), tbl: tbl, down: map[string]bool{}, refuse: map[string]bool{}, gone: map[string]bool{}, pushed: map[string][]limit.KeyState{}}
 }
 
-func (h *fakeHost) ringView() *view                  { return h.v }
-func (h *fakeHost) marks() *handoff                  { return h.ho }
-func (h *fakeHost) tables() []limiter                { return h.tbl }
-func (h *fakeHost) member(name string) ring.Member   { return ring.Member{Name: name, Addr: name + ":1"} }
-func (h *fakeHost) leaving() bool                    { return h.leaves }
+func (h *fakeHost) ringView() *view                { return h.v }
+func (h *fakeHost) marks() *handoff                { return h.ho }
+func (h *fakeHost) tables() []limiter              { return h.tbl }
+func (h *fakeHost) member(name string) ring.Member { return ring.Member{Name: name, Addr: name + ":1"} }
+func (h *fakeHost) leaving() bool                  { return h.leaves }
 
 func (h *fakeHost) gossipMembers() []ring.Member {
 	return slices.DeleteFunc(h.v.snap.Members(), func(m ring.Member) bool { return h.gone[m.Name] })
