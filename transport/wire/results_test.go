@@ -278,16 +278,16 @@ func benchResults(n int) ([]limit.Result, []int64) {
 }
 
 // BenchmarkAppendResults100 is what a server spends encoding the answer to
-// a 100-item request, sized first as the codec does.
+// a 100-item request, bounded first as the codec does.
 func BenchmarkAppendResults100(b *testing.B) {
 	for _, bc := range []struct{ name, owner string }{{"get", ""}, {"forward", "node-a"}} {
 		b.Run(bc.name, func(b *testing.B) {
 			results, limits := benchResults(100)
-			buf := make([]byte, 0, SizeResults(results, limits, bc.owner))
+			buf := make([]byte, 0, BoundResults(results, bc.owner))
 			b.ReportAllocs()
 			for b.Loop() {
-				size := SizeResults(results, limits, bc.owner)
-				if _, err := AppendResults(buf[:0:size], results, limits, bc.owner); err != nil {
+				bound := BoundResults(results, bc.owner)
+				if _, err := AppendResults(buf[:0:bound], results, limits, bc.owner); err != nil {
 					b.Fatal(err)
 				}
 			}
