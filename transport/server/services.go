@@ -19,8 +19,8 @@ import (
 // the services from the registered proto file), nothing differs. Unary
 // interceptors see a *checkBatch as the request and a *ResultBatch as the
 // response, which goes back to a pool once encoded (messages.go): an
-// interceptor must not keep it past its return; the batches of the stream methods pass no interceptor but the
-// stream's.
+// interceptor must not keep it past its return. The batches of the stream
+// methods pass no interceptor but the stream's.
 
 // Role is what a checks service is to the node.
 type Role uint8
