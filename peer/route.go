@@ -53,6 +53,23 @@ var errNotOwner = errors.New("not the owner of this key")
 // an item error.
 func (n *Node) Check(ctx context.Context, checks []limit.Check) ([]limit.Result, error) {
 	res := make([]limit.Result, len(checks))
+	n.checkInto(ctx, checks, res)
+	return res, nil
+}
+
+// CheckInto is Check into res, which has the length of checks and is
+// zeroed (transport.CheckerInto): the servers answer into memory they
+// reuse. Nothing of res is kept once it returns.
+func (n *Node) CheckInto(ctx context.Context, checks []limit.Check, res []limit.Result) error {
+	if len(res) != len(checks) {
+		return fmt.Errorf("peer: %d results for %d checks", len(res), len(checks))
+	}
+	n.checkInto(ctx, checks, res)
+	return nil
+}
+
+// checkInto is Check's body, writing res.
+func (n *Node) checkInto(ctx context.Context, checks []limit.Check, res []limit.Result) {
 	kb := n.keyBufs.Get().(*keyBuf)
 	defer n.putKeyBuf(kb)
 
@@ -116,7 +133,6 @@ func (n *Node) Check(ctx context.Context, checks []limit.Check) ([]limit.Result,
 	}
 	groups = appendRouted(groups, moved)
 	n.forwardAll(ctx, groups, checks, res, false, 0)
-	return res, nil
 }
 
 // addRemote adds the items [i, end) of a batch of n to remote[o], the

@@ -45,6 +45,39 @@ func noRuleError(set *Set) func(name string) error {
 
 // Check implements Checker.
 func (b ByName) Check(ctx context.Context, checks []limit.Check) ([]limit.Result, error) {
+	missing, set := b.fill(checks)
+	if missing < 0 {
+		return b.Next.Check(ctx, checks)
+	}
+	res := make([]limit.Result, len(checks))
+	if err := b.someUnnamed(ctx, checks, res, set); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// CheckerInto is a Checker that can answer into the caller's memory:
+// transport.CheckerInto's method, declared here for the same reason as
+// Checker.
+type CheckerInto interface {
+	CheckInto(ctx context.Context, checks []limit.Check, results []limit.Result) error
+}
+
+// CheckInto is Check into results, which has the length of checks and is
+// zeroed (transport.CheckerInto). It hands them on to Next's CheckInto
+// when Next has one.
+func (b ByName) CheckInto(ctx context.Context, checks []limit.Check, results []limit.Result) error {
+	missing, set := b.fill(checks)
+	if missing < 0 {
+		return b.checkInto(ctx, checks, results)
+	}
+	return b.someUnnamed(ctx, checks, results, set)
+}
+
+// fill gives each check that names a rule its rule, and returns the index
+// of the first whose name the rules do not have (-1: none), and the rules
+// it loaded (nil when no check named one).
+func (b ByName) fill(checks []limit.Check) (int, *Set) {
 	missing := -1
 	var set *Set
 	for i := range checks {
@@ -65,14 +98,15 @@ func (b ByName) Check(ctx context.Context, checks []limit.Check) ([]limit.Result
 		r.Behavior |= c.Rule.Behavior
 		c.Rule = r
 	}
-	if missing < 0 {
-		return b.Next.Check(ctx, checks)
-	}
-	// Some names are unknown: decide the others, answer those in place.
+	return missing, set
+}
+
+// someUnnamed answers the checks whose names are unknown in place in res
+// and has Next decide the others.
+func (b ByName) someUnnamed(ctx context.Context, checks []limit.Check, res []limit.Result, set *Set) error {
 	unnamed := noRuleError(set)
 	var idx []int
 	var sub []limit.Check
-	res := make([]limit.Result, len(checks))
 	for i := range checks {
 		c := &checks[i]
 		if c.Rule.Limit == 0 && c.Rule.Period == 0 {
@@ -82,17 +116,31 @@ func (b ByName) Check(ctx context.Context, checks []limit.Check) ([]limit.Result
 		idx, sub = append(idx, i), append(sub, *c)
 	}
 	if len(sub) == 0 {
-		return res, nil
+		return nil
 	}
-	out, err := b.Next.Check(ctx, sub)
-	if err != nil {
-		return nil, err
-	}
-	if len(out) != len(sub) {
-		return nil, fmt.Errorf("rules: node answered %d of %d checks", len(out), len(sub))
+	out := make([]limit.Result, len(sub))
+	if err := b.checkInto(ctx, sub, out); err != nil {
+		return err
 	}
 	for j, i := range idx {
 		res[i] = out[j]
 	}
-	return res, nil
+	return nil
+}
+
+// checkInto has Next decide checks into res: through its CheckInto, or
+// its Check and a copy.
+func (b ByName) checkInto(ctx context.Context, checks []limit.Check, res []limit.Result) error {
+	if next, ok := b.Next.(CheckerInto); ok {
+		return next.CheckInto(ctx, checks, res)
+	}
+	out, err := b.Next.Check(ctx, checks)
+	if err != nil {
+		return err
+	}
+	if len(out) != len(checks) {
+		return fmt.Errorf("rules: node answered %d of %d checks", len(out), len(checks))
+	}
+	copy(res, out)
+	return nil
 }

@@ -447,12 +447,7 @@ func (t *Table[S]) Sweep(now int64, budget int) (removed int) {
 		dead = dead[:0]
 		sh.mu.RLock()
 		visited += sh.ix.n
-		sh.ix.sample(0, sh.ix.n, func(k string, e *Entry[S]) bool {
-			if t.retire(e, now) {
-				dead = append(dead, k)
-			}
-			return true
-		})
+		dead = t.retireLocked(sh, now, dead)
 		sh.mu.RUnlock()
 		if len(dead) == 0 {
 			continue

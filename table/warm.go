@@ -81,3 +81,56 @@ func warmSlot[S any](a *slotArray[S], h uint64) uint64 {
 	}
 	return 0
 }
+
+// sweepChunk is how many entries a sweep loads before it asks the
+// RetireFunc about them.
+const sweepChunk = 16
+
+// retireLocked asks the RetireFunc about every entry of sh, holding sh.mu
+// for reading, and appends the keys of those it retired to dead.
+//
+// Why in chunks: a table larger than the caches makes the sweep wait for
+// one cache miss per entry (the slots are read in order, the entries are
+// scattered over the heap), and the RetireFunc's calls keep the processor
+// from running far enough ahead to overlap them. So it first loads the
+// entries of sweepChunk slots (touchEntry), whose misses overlap, and
+// then retires them from the caches (docs/PERFORMANCE.md, "Batch 1000 and
+// idle").
+func (t *Table[S]) retireLocked(sh *shard[S], now int64, dead []string) []string {
+	var keys [sweepChunk]string
+	var es [sweepChunk]*Entry[S]
+	n := 0
+	var sink uint64
+	flush := func() {
+		for i, e := range es[:n] {
+			if t.retire(e, now) {
+				dead = append(dead, keys[i])
+			}
+		}
+		n = 0
+	}
+	sh.ix.sample(0, sh.ix.n, func(k string, e *Entry[S]) bool {
+		keys[n], es[n] = k, e
+		sink += touchEntry(e)
+		if n++; n == sweepChunk {
+			flush()
+		}
+		return true
+	})
+	flush()
+	if sink == 1 {
+		t.warmSink.Add(1) // a use of sink, so that its loads are kept
+	}
+	return dead
+}
+
+// touchEntry loads the first and the last byte of e, and so its cache
+// lines, and returns them. Reading bytes that other goroutines change
+// atomically is memory-safe here (single bytes, used only as a sum that
+// is thrown away, see Warm); the race detector is told not to look.
+//
+//go:norace
+func touchEntry[S any](e *Entry[S]) uint64 {
+	p := unsafe.Pointer(e)
+	return uint64(*(*byte)(p)) + uint64(*(*byte)(unsafe.Add(p, unsafe.Sizeof(*e)-1)))
+}

@@ -25,6 +25,18 @@ type Checker interface {
 	Check(ctx context.Context, checks []limit.Check) ([]limit.Result, error)
 }
 
+// CheckerInto is a [Checker] that can also answer into memory the caller
+// gives it, so that a server reuses the memory of its answers from call to
+// call instead of the checker allocating it for each.
+//
+// CheckInto decides checks as Check does, writing results[i] for checks[i];
+// results has the length of checks and is zeroed by the caller. It must not
+// retain results after it returns. The error is Check's.
+type CheckerInto interface {
+	Checker
+	CheckInto(ctx context.Context, checks []limit.Check, results []limit.Result) error
+}
+
 // CheckerFunc adapts a function to [Checker].
 type CheckerFunc func(ctx context.Context, checks []limit.Check) ([]limit.Result, error)
 

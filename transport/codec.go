@@ -40,6 +40,25 @@ type Encoded interface {
 	Buffers() mem.BufferSlice
 }
 
+// Bounded is an [Encoder] that can bound the length of its encoding more
+// cheaply than it can size it exactly: the codec then encodes it once, into
+// a buffer of the bound, instead of sizing it first.
+type Bounded interface {
+	Encoder
+	// SizeBound is at least the length of the encoding. A bound too
+	// small costs a larger buffer, not a wrong encoding.
+	SizeBound() int
+}
+
+// Reusable is a [Bounded] message whose memory is reused once it is
+// encoded: the codec calls Encoded once its encoding is made (or has
+// failed), and the message must not be read after that. A message that
+// gRPC never marshals (the call ended first) is simply not reused.
+type Reusable interface {
+	Bounded
+	Encoded()
+}
+
 // Decoder is a message that decodes itself. Decode must copy what it
 // keeps of data, which is freed when it returns.
 type Decoder interface {
@@ -58,6 +77,12 @@ func (c *codec) Name() string { return codecName }
 
 func (c *codec) Marshal(v any) (mem.BufferSlice, error) {
 	switch m := v.(type) {
+	case Bounded:
+		out, err := marshalBounded(m)
+		if d, ok := m.(Reusable); ok {
+			d.Encoded()
+		}
+		return out, err
 	case Encoder:
 		return marshalSized(m)
 	case Encoded:
@@ -111,5 +136,32 @@ func marshalSized(m Encoder) (mem.BufferSlice, error) {
 		pool.Put(buf)
 		return nil, err
 	}
+	return mem.BufferSlice{mem.NewBuffer(buf, pool)}, nil
+}
+
+// marshalBounded encodes m once into a pooled buffer of its bound. A
+// bound too small makes the encoding grow out of the pooled buffer, which
+// then goes back to the pool at once: the answer is right either way.
+func marshalBounded(m Bounded) (mem.BufferSlice, error) {
+	bound := m.SizeBound()
+	if bound < minPooled {
+		b, err := m.AppendTo(make([]byte, 0, bound))
+		if err != nil {
+			return nil, err
+		}
+		return mem.BufferSlice{mem.SliceBuffer(b)}, nil
+	}
+	pool := &bufs // not cleared: the buffer is cut to what AppendTo wrote
+	buf := pool.Get(bound)
+	b, err := m.AppendTo((*buf)[:0])
+	if err != nil {
+		pool.Put(buf)
+		return nil, err
+	}
+	if cap(b) != cap(*buf) { // grew: b is a new array
+		pool.Put(buf)
+		return mem.BufferSlice{mem.SliceBuffer(b)}, nil
+	}
+	*buf = b
 	return mem.BufferSlice{mem.NewBuffer(buf, pool)}, nil
 }

@@ -41,7 +41,15 @@ func (h *Batches) decideBatch(ctx context.Context, in *checkBatch, compact bool)
 	if in.err != nil {
 		return nil, in.err
 	}
-	return h.decide(ctx, in.checks, compact, in.out)
+	out := in.out
+	if out == nil {
+		out = getAnswer() // back to the pool once the codec has encoded it
+	}
+	res, err := h.decide(ctx, in.checks, compact, out)
+	if err != nil && out != in.out {
+		putAnswer(out)
+	}
+	return res, err
 }
 
 // Decide answers the items of in, in order, for a call that holds
@@ -68,19 +76,12 @@ func (h *Batches) decide(ctx context.Context, in *wire.Checks, compact bool, out
 	if h.checker == nil {
 		return nil, fmt.Errorf("transport: no checker configured: %w", transport.ErrUnavailable)
 	}
-	var results []limit.Result
-	if len(in.Checks) > 0 {
-		var err error
-		results, err = h.checker.Check(ctx, in.Checks)
-		if err != nil {
-			return nil, err
-		}
-		if len(results) != len(in.Checks) {
-			return nil, fmt.Errorf("transport: checker answered %d of %d checks", len(results), len(in.Checks))
-		}
-	}
 	if out == nil {
 		out = new(ResultBatch)
+	}
+	results, err := h.check(ctx, in.Checks, out)
+	if err != nil {
+		return nil, err
 	}
 	out.Limits, out.Owner = resized(out.Limits, n), ""
 	if compact && len(results) > 0 {
@@ -94,6 +95,23 @@ func (h *Batches) decide(ctx context.Context, in *wire.Checks, compact bool, out
 	}
 	h.merge(in, results, out)
 	return out, nil
+}
+
+// check has the transport.Checker decide checks: into out's memory when
+// it is a transport.CheckerInto, else into memory of its own.
+func (h *Batches) check(ctx context.Context, checks []limit.Check, out *ResultBatch) ([]limit.Result, error) {
+	if len(checks) == 0 {
+		return nil, nil
+	}
+	if c, ok := h.checker.(transport.CheckerInto); ok {
+		results := out.decidedMemory(len(checks))
+		return results, c.CheckInto(ctx, checks, results)
+	}
+	results, err := h.checker.Check(ctx, checks)
+	if err == nil && len(results) != len(checks) {
+		err = fmt.Errorf("transport: checker answered %d of %d checks", len(results), len(checks))
+	}
+	return results, err
 }
 
 // merge fills out in batch order: the transport.Checker's results, with the failed

@@ -114,20 +114,60 @@ type ResultBatch struct {
 	Limits  []int64
 	Owner   string
 
-	failed []limit.Result // the memory of Results when an item failed (Batches.decide)
+	failed  []limit.Result // the memory of Results when an item failed (Batches.decide)
+	decided []limit.Result // the memory a transport.CheckerInto answers into
+	pooled  bool           // from answers: back to it once encoded (Encoded)
+}
+
+// answers holds the answers of unary calls, given back by the codec once
+// encoded (Encoded), so that the memory of 1000 results is not allocated
+// per call. A stream keeps one answer of its own instead.
+var answers = sync.Pool{New: func() any { return &ResultBatch{pooled: true} }}
+
+// getAnswer returns an empty answer from answers.
+func getAnswer() *ResultBatch { return answers.Get().(*ResultBatch) }
+
+// putAnswer gives a back to answers, unless it came from elsewhere or
+// holds the memory of a batch far beyond the default bound.
+func putAnswer(a *ResultBatch) {
+	if !a.pooled {
+		return
+	}
+	a.reset()
+	if cap(a.decided) <= 4*transport.DefaultMaxBatch && cap(a.failed) <= 4*transport.DefaultMaxBatch {
+		answers.Put(a)
+	}
+}
+
+// decidedMemory returns a's memory for n results of a transport.CheckerInto,
+// zeroed: no result of an earlier answer shows through an item the checker
+// does not write.
+func (a *ResultBatch) decidedMemory(n int) []limit.Result {
+	a.decided = resized(a.decided, n)
+	clear(a.decided)
+	return a.decided
 }
 
 // reset drops the strings of the answer for the collector, keeping its
 // memory for the next one.
 func (a *ResultBatch) reset() {
 	clear(a.failed)
+	clear(a.decided)
 	a.Results, a.Owner = nil, ""
 }
 
 // Size is the length of the encoding (transport.Encoder).
 func (a *ResultBatch) Size() int { return wire.SizeResults(a.Results, a.Limits, a.Owner) }
 
+// SizeBound bounds the length of the encoding (transport.Bounded).
+func (a *ResultBatch) SizeBound() int { return wire.BoundResults(a.Results, a.Owner) }
+
 // AppendTo appends the encoding to b (transport.Encoder).
 func (a *ResultBatch) AppendTo(b []byte) ([]byte, error) {
 	return wire.AppendResults(b, a.Results, a.Limits, a.Owner)
 }
+
+// Encoded gives an answer of a unary call back to answers
+// (transport.Reusable); a stream's answer, or one of Decide, is left
+// alone.
+func (a *ResultBatch) Encoded() { putAnswer(a) }

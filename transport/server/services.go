@@ -18,8 +18,9 @@ import (
 // generated ones: on the wire, and to server reflection (which describes
 // the services from the registered proto file), nothing differs. Unary
 // interceptors see a *checkBatch as the request and a *ResultBatch as the
-// response; the batches of the stream methods pass no interceptor but the
-// stream's.
+// response, which goes back to a pool once encoded (messages.go): an
+// interceptor must not keep it past its return. The batches of the stream
+// methods pass no interceptor but the stream's.
 
 // Role is what a checks service is to the node.
 type Role uint8

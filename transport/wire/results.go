@@ -30,19 +30,67 @@ func SizeResults(results []limit.Result, limits []int64, owner string) int {
 // decided. With owner "" the bytes are also a GetRateLimitsResponse. It
 // fails only for a string that is not UTF-8, which proto.Marshal refuses
 // too.
+//
+// Each item is encoded once: one byte is kept for its length, which is
+// written after the item; an item of 128 bytes or more (a long error or
+// owner) is moved up to make room for a longer length. The output is that
+// of proto.Marshal either way (the shortest varint).
 func AppendResults(b []byte, results []limit.Result, limits []int64, owner string) ([]byte, error) {
 	var e resultEncoder
 	for i := range results {
 		r := ResponseOf(&results[i], limits[i], owner)
 		b = protowire.AppendTag(b, fieldItems, protowire.BytesType)
-		b = protowire.AppendVarint(b, uint64(r.size()))
+		at := len(b)
+		b = append(b, 0) // the length, if it fits one byte
 		var err error
 		if b, err = e.appendItem(b, &r); err != nil {
 			return nil, err
 		}
+		b = patchLength(b, at)
 	}
 	return appendString(b, fieldOwner, owner)
 }
+
+// patchLength writes, at b[at], the varint length of b[at+1:], the item
+// appended after the byte kept for it, moving the item up when its length
+// needs more than that byte.
+func patchLength(b []byte, at int) []byte {
+	n := len(b) - at - 1
+	if n < 0x80 {
+		b[at] = byte(n)
+		return b
+	}
+	extra := protowire.SizeVarint(uint64(n)) - 1
+	b = append(b, make([]byte, extra)...)
+	copy(b[at+1+extra:], b[at+1:at+1+n])
+	protowire.AppendVarint(b[at:at], uint64(n))
+	return b
+}
+
+// BoundResults is at least the size of AppendResults' output for the same
+// arguments, found without encoding: a buffer of its size holds the
+// answer. It looks at each item's strings only.
+func BoundResults(results []limit.Result, owner string) int {
+	n := sizeString(owner)
+	for i := range results {
+		r := &results[i]
+		n += maxItemFixed + len(r.Error) + len(r.Owner)
+	}
+	return n
+}
+
+// maxItemFixed bounds an item's bytes other than its error's and owner's
+// bytes: its tag and length (1 + 3: an item is far below 2 MiB, the
+// request's bound), six varint fields (11 each at most), the error's tag
+// and length (1 + 3), the owner entry's framing (tag 1, length 3, key
+// field 2 + 5 bytes of "owner", value's tag and length 1 + 3) and the
+// reason entry (tag 1, length 1, key field 2 + 6, value field 2 + the
+// longest reason's name).
+const maxItemFixed = 4 + 6*11 + 4 + (1 + 3 + 2 + len(MetaOwner) + 1 + 3) + (1 + 1 + 2 + len(MetaReason) + 2 + maxReasonLen)
+
+// maxReasonLen is the length of the longest reason's name,
+// "invalid_argument" (TestBoundResults checks it against limit.Reasons).
+const maxReasonLen = 16
 
 // varints are r's varint fields, respStatus to respDelay, as protobuf-go
 // writes them.

@@ -1,8 +1,10 @@
 package wire
 
 import (
+	"math"
 	"math/rand/v2"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -276,16 +278,16 @@ func benchResults(n int) ([]limit.Result, []int64) {
 }
 
 // BenchmarkAppendResults100 is what a server spends encoding the answer to
-// a 100-item request, sized first as the codec does.
+// a 100-item request, bounded first as the codec does.
 func BenchmarkAppendResults100(b *testing.B) {
 	for _, bc := range []struct{ name, owner string }{{"get", ""}, {"forward", "node-a"}} {
 		b.Run(bc.name, func(b *testing.B) {
 			results, limits := benchResults(100)
-			buf := make([]byte, 0, SizeResults(results, limits, bc.owner))
+			buf := make([]byte, 0, BoundResults(results, bc.owner))
 			b.ReportAllocs()
 			for b.Loop() {
-				size := SizeResults(results, limits, bc.owner)
-				if _, err := AppendResults(buf[:0:size], results, limits, bc.owner); err != nil {
+				bound := BoundResults(results, bc.owner)
+				if _, err := AppendResults(buf[:0:bound], results, limits, bc.owner); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -303,6 +305,42 @@ func BenchmarkDecodeResults100(b *testing.B) {
 		var err error
 		if dst, err = DecodeResults(data, false, 100, dst); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// BoundResults is never below what AppendResults writes, and items whose
+// length needs one, two or three bytes are encoded as proto.Marshal
+// encodes them (AppendResults writes an item's length after the item).
+func TestBoundResults(t *testing.T) {
+	t.Parallel()
+	for _, r := range limit.Reasons() {
+		if len(r.String()) > maxReasonLen {
+			t.Errorf("reason %q is longer than maxReasonLen %d", r, maxReasonLen)
+		}
+	}
+	r := rand.New(rand.NewPCG(3, 4))
+	for range 3000 {
+		results, limits, owner := randResults(r)
+		b := encodeResults(t, results, limits, owner)
+		if bound := BoundResults(results, owner); len(b) > bound {
+			t.Fatalf("AppendResults(%+v, %q) wrote %d bytes, BoundResults = %d", results, owner, len(b), bound)
+		}
+	}
+	for _, n := range []int{0, 1, 90, 110, 126, 127, 128, 129, 200, 16_300, 16_400, 70_000} {
+		long := strings.Repeat("e", n)
+		results := []limit.Result{
+			{Error: long, Reason: limit.Unavailable, Owner: "node-a"},
+			{Decision: limit.Decision{Allowed: true, Remaining: 5, ResetAt: 1_700_000_000_123_456_789}, Owner: long},
+			{Decision: limit.Decision{Remaining: 1}},
+		}
+		limits := []int64{10, math.MaxInt64, 1}
+		for _, owner := range []string{"", "node-a"} {
+			b := encodeResults(t, results, limits, owner)
+			checkSameAsProto(t, protoResponse(results, limits, owner), b)
+			if bound := BoundResults(results, owner); len(b) > bound {
+				t.Errorf("strings of %d bytes, owner %q: AppendResults wrote %d bytes, BoundResults = %d", n, owner, len(b), bound)
+			}
 		}
 	}
 }
