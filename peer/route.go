@@ -76,7 +76,7 @@ func (n *Node) Check(ctx context.Context, checks []limit.Check) ([]limit.Result,
 			end = -end
 			continue
 		}
-		o := v.snap.OwnerIndex(c.Key)
+		o := kb.ownerOf(i)
 		if marked {
 			if self, to, _ := n.markedRoute(v, c.Key); self {
 				n.decideRun(kb, checks[i:end], res[i:end], now)

@@ -26,14 +26,21 @@ type warmer interface {
 // key, a cache miss for nothing (8% of an entry node's CPU in a 3-node
 // profile). A check of a partition moved here while the ring names
 // another node is then not warmed: it is decided all the same. Without
-// ring (CheckLocal: the keys are the owner's) all are warmed. An invalid
+// ring (CheckLocal: the keys are the owner's) all are warmed. With ring,
+// the owners it finds are kept for Check (keyBuf.ownerOf). An invalid
 // check's algorithm may not exist, and it is skipped.
 func (n *Node) warm(kb *keyBuf, checks []limit.Check, from int, ring *ring.Snapshot, self int) (to int) {
 	to = min(from+warmWindow, len(checks))
 	var skip uint32 // bit i-from: checks[i] is not warmed
 	if ring != nil {
+		kb.ownersFrom = from
 		for i := from; i < to; i++ {
-			if ring.OwnerIndex(checks[i].Key) != self {
+			o := self // a ring of one: no hash
+			if ring.Len() > 1 {
+				o = ring.OwnerIndex(checks[i].Key)
+			}
+			kb.owners[i-from] = int32(o)
+			if o != self {
 				skip |= 1 << (i - from)
 			}
 		}
@@ -78,3 +85,7 @@ func (kb *keyBuf) warmKeys(checks []limit.Check, a limit.Algorithm, skip uint32)
 	kb.wb, kb.wends, kb.wkeys = b, ends, keys
 	return keys
 }
+
+// ownerOf returns the ring's owner index of checks[i], i in the window
+// warm last warmed with a ring.
+func (kb *keyBuf) ownerOf(i int) int { return int(kb.owners[i-kb.ownersFrom]) }
