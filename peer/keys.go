@@ -28,6 +28,10 @@ type keyBuf struct {
 	wb    []byte
 	wends []int
 	wkeys []string
+	// owners[i-ownersFrom] is the ring's owner index of check i of the
+	// window warm last warmed with a ring (warm.go), for Check.
+	owners     [warmWindow]int32
+	ownersFrom int
 }
 
 func (k *keyBuf) key(name, key string) string {

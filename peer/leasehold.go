@@ -57,9 +57,15 @@ type leaseHolder struct {
 	n         *Node
 	threshold int64 // checks per second
 
-	mu        sync.RWMutex
-	keys      map[string]*heldKey // by table key; guarded by mu
-	lastPrune int64               // guarded by mu
+	demand *demand // which forwarded keys may be hot (leasedemand.go)
+
+	mu   sync.RWMutex
+	keys map[string]*heldKey // by table key; guarded by mu
+	// size is len(keys) and lastPrune the last time a full map was
+	// pruned (Unix ns); written with mu held for writing, read without
+	// it, so that a check finding the map full takes no write lock.
+	size      atomic.Int64
+	lastPrune atomic.Int64
 
 	held atomic.Int64   // hits held in leases, all keys
 	wg   sync.WaitGroup // the lease calls in flight (ask)
@@ -72,8 +78,9 @@ type leaseHolder struct {
 
 // heldKey is one key's lease and demand on the lessee.
 type heldKey struct {
-	key  string     // the table key
-	rule limit.Rule // the rule its leases are for
+	key  string      // the table key
+	rule limit.Rule  // the rule its leases are for
+	slot *demandSlot // the key's slot of the demand sketch
 
 	tokens atomic.Int64              // hits left in the lease
 	grant  atomic.Pointer[heldGrant] // the last grant; nil when none
@@ -95,7 +102,8 @@ type heldGrant struct {
 }
 
 func newLeaseHolder(n *Node, threshold float64) *leaseHolder {
-	return &leaseHolder{n: n, threshold: max(int64(threshold), 1), keys: map[string]*heldKey{}}
+	t := max(int64(threshold), 1)
+	return &leaseHolder{n: n, threshold: t, demand: newDemand(t), keys: map[string]*heldKey{}}
 }
 
 // leasableCheck reports whether c may be decided from a lease.
@@ -154,9 +162,16 @@ func (lh *leaseHolder) ruleChanged(e *heldKey) {
 	}
 	lh.mu.Lock()
 	if lh.keys[e.key] == e {
-		delete(lh.keys, e.key)
+		lh.forgetLocked(e)
 	}
 	lh.mu.Unlock()
+}
+
+// forgetLocked takes e out of the map; mu is held for writing.
+func (lh *leaseHolder) forgetLocked(e *heldKey) {
+	delete(lh.keys, e.key)
+	e.slot.untrack()
+	lh.size.Add(-1)
 }
 
 // observe counts a check in the key's rate window.
@@ -172,13 +187,24 @@ func (e *heldKey) observe(now int64) {
 	}
 }
 
-// entry returns the tracked key, adding it when there is room.
+// entry returns the tracked key, adding it when its demand may pass the
+// threshold (leasedemand.go) and there is room; nil for a key not tracked.
+// A key not tracked whose slot tracks none costs one atomic add; the map
+// is read under mu for reading, and written only to add a key.
 func (lh *leaseHolder) entry(key string, r limit.Rule, now int64) *heldKey {
+	s := lh.demand.slot(key)
+	hot, tracked := lh.demand.add(s, now)
+	if !hot && !tracked {
+		return nil
+	}
 	lh.mu.RLock()
 	e := lh.keys[key]
 	lh.mu.RUnlock()
-	if e != nil {
+	if e != nil || !hot {
 		return e
+	}
+	if lh.size.Load() >= maxHeldKeys && now-lh.lastPrune.Load() < int64(heldIdle) {
+		return nil
 	}
 	lh.mu.Lock()
 	defer lh.mu.Unlock()
@@ -186,21 +212,23 @@ func (lh *leaseHolder) entry(key string, r limit.Rule, now int64) *heldKey {
 		return e
 	}
 	if len(lh.keys) >= maxHeldKeys {
-		if now-lh.lastPrune < int64(heldIdle) {
+		if now-lh.lastPrune.Load() < int64(heldIdle) {
 			return nil
 		}
-		lh.lastPrune = now
-		for k, e := range lh.keys {
+		lh.lastPrune.Store(now)
+		for _, e := range lh.keys {
 			if e.grant.Load() == nil && !e.busy.Load() && now-e.used.Load() > int64(heldIdle) {
-				delete(lh.keys, k)
+				lh.forgetLocked(e)
 			}
 		}
 		if len(lh.keys) >= maxHeldKeys {
 			return nil
 		}
 	}
-	e = &heldKey{key: string([]byte(key)), rule: r}
+	e = &heldKey{key: string([]byte(key)), rule: r, slot: s}
 	lh.keys[e.key] = e
+	s.track()
+	lh.size.Add(1)
 	return e
 }
 

@@ -86,14 +86,14 @@ func (n *Node) checkInto(ctx context.Context, checks []limit.Check, res []limit.
 	var alone []int    // items of a node not joined yet: the fail policy
 	for i, end, warmed := 0, 0, 0; i < len(checks); i = end {
 		if i >= warmed {
-			warmed = n.warm(kb, checks, i)
+			warmed = n.warm(kb, checks, i, v.snap, v.self)
 		}
 		c := &checks[i]
 		if end = validRun(checks, i, res); end < 0 {
 			end = -end
 			continue
 		}
-		o := v.snap.OwnerIndex(c.Key)
+		o := kb.ownerOf(i)
 		if marked {
 			if self, to, _ := n.markedRoute(v, c.Key); self {
 				n.decideRun(kb, checks[i:end], res[i:end], now)
@@ -342,7 +342,7 @@ func (n *Node) checkLocal(ctx context.Context, checks []limit.Check, standin boo
 	var waits []chan struct{} // pushes of the partitions this batch is sent after
 	for i, end, warmed := 0, 0, 0; i < len(checks); i = end {
 		if i >= warmed {
-			warmed = n.warm(kb, checks, i)
+			warmed = n.warm(kb, checks, i, nil, 0)
 		}
 		c := &checks[i]
 		if end = validRun(checks, i, res); end < 0 {

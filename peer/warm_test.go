@@ -17,7 +17,7 @@ func TestWarmKeysAreTheTableKeys(t *testing.T) {
 	}
 	var kb keyBuf
 	held := kb.key("x", "y")
-	got := kb.warmKeys(checks, limit.TokenBucket)
+	got := kb.warmKeys(checks, limit.TokenBucket, 0)
 	var want []string
 	for _, i := range []int{0, 2, 3} {
 		var other keyBuf
@@ -33,5 +33,21 @@ func TestWarmKeysAreTheTableKeys(t *testing.T) {
 	}
 	if held != "\x01xy" {
 		t.Fatalf("kb.key's string changed to %q", held)
+	}
+}
+
+// warmKeys leaves out the checks whose bit is set in skip: those an entry
+// node forwards.
+func TestWarmKeysSkipsForwardedChecks(t *testing.T) {
+	checks := []limit.Check{
+		{Name: "a", Key: "1", Rule: limit.Rule{Algorithm: limit.TokenBucket}},
+		{Name: "a", Key: "2", Rule: limit.Rule{Algorithm: limit.TokenBucket}},
+		{Name: "a", Key: "3", Rule: limit.Rule{Algorithm: limit.TokenBucket}},
+	}
+	var kb, other keyBuf
+	got := kb.warmKeys(checks, limit.TokenBucket, 0b010)
+	want := []string{other.key("a", "1"), "\x01a3"}
+	if len(got) != 2 || got[0] != want[0] || got[1] != want[1] {
+		t.Fatalf("warmKeys(skip 0b010) = %q, want %q", got, want)
 	}
 }

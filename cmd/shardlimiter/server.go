@@ -201,7 +201,7 @@ func (s *server) newGossip(name string, reg prometheus.Registerer) (err error) {
 // newNode builds the node, whose peer clients dial with the peer TLS.
 func (s *server) newNode(name string, b bounds, reg prometheus.Registerer) (err error) {
 	cfg := s.cfg
-	peerCfg := dial.PeerConfig{Timeout: cfg.peerTimeout, Metrics: b.peers}
+	peerCfg := dial.PeerConfig{Timeout: cfg.peerTimeout, MaxInFlight: cfg.peerInFlight, Metrics: b.peers}
 	if s.sec.peer != nil {
 		peerCfg.DialOptions = []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(s.sec.peer.ClientConfig()))}
 	}

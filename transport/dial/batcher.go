@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -68,7 +69,8 @@ type call struct {
 // newCall encodes checks in the caller's goroutine: the encoding runs in
 // parallel across callers and the call does not retain the caller's slice.
 // It fails only for a check proto could not encode either (a string that
-// is not UTF-8).
+// is not UTF-8). The call comes from callPool: Forward gives it back once
+// answered (putCall), its results excepted, which the caller keeps.
 func newCall(checks []limit.Check) (*call, error) {
 	n := len(checks)
 	if n > 0 && checks[n-1].Chained {
@@ -76,13 +78,13 @@ func newCall(checks []limit.Check) (*call, error) {
 		// caller's first check and fail its group at the owner.
 		return nil, errOpenChain
 	}
-	cl := &call{
-		offs:    make([]int, n+1),
-		results: make([]limit.Result, n),
-		done:    make(chan struct{}),
-	}
+	cl := callPool.Get().(*call)
+	cl.offs = slices.Grow(cl.offs[:0], n+1)[:n+1]
+	cl.results = make([]limit.Result, n)
+	cl.done = make(chan struct{})
 	var err error
-	if cl.encoded, err = wire.AppendChecks(make([]byte, 0, wire.SizeChecks(checks)), checks, cl.offs); err != nil {
+	if cl.encoded, err = wire.AppendChecks(slices.Grow(cl.encoded[:0], wire.SizeChecks(checks)), checks, cl.offs); err != nil {
+		putCall(cl)
 		return nil, err
 	}
 	for i := range checks {
@@ -95,6 +97,27 @@ func newCall(checks []limit.Check) (*call, error) {
 	}
 	cl.left.Store(int64(n))
 	return cl, nil
+}
+
+// callPool holds answered calls for reuse: their encoding buffers and
+// offsets, about half of what a forward allocated.
+var callPool = sync.Pool{New: func() any { return new(call) }}
+
+// maxPooledEncoding bounds the encoding buffer a pooled call keeps.
+const maxPooledEncoding = 64 << 10
+
+// putCall gives back cl, all of whose checks have been answered (done is
+// closed: no batch refers to its encoding any more) and whose results
+// have been taken by its caller. A call abandoned by its caller is not
+// given back: a batch in flight may still answer into it.
+func putCall(cl *call) {
+	if cap(cl.encoded) > maxPooledEncoding {
+		cl.encoded = nil
+	}
+	cl.encoded, cl.offs, cl.chained = cl.encoded[:0], cl.offs[:0], nil
+	cl.results, cl.done = nil, nil
+	cl.err.Store(nil)
+	callPool.Put(cl)
 }
 
 var errOpenChain = errors.New("transport: the last check of a call is chained to nothing")

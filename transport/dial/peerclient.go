@@ -170,6 +170,7 @@ func (c *PeerClient) Forward(ctx context.Context, checks []limit.Check) ([]limit
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
+		putCall(cl)
 		return nil, c.wrap(transport.ErrClosed)
 	}
 	c.pending = append(c.pending, segment{call: cl, lo: 0, hi: len(checks)})
@@ -182,7 +183,9 @@ func (c *PeerClient) Forward(ctx context.Context, checks []limit.Check) ([]limit
 	}
 	select {
 	case <-cl.done:
-		return cl.results, cl.failure()
+		results, err := cl.results, cl.failure()
+		putCall(cl)
+		return results, err
 	case <-ctx.Done():
 	}
 	c.abandon(cl)
