@@ -238,13 +238,7 @@ func TestDenyLeaseRefusesLocallyUntilReset(t *testing.T) {
 	c := newMemCluster(t, 2, Config{Now: clk.Now, Leases: true, LeaseThreshold: 1, Peer: exactPeer})
 	r := limit.Rule{Algorithm: limit.TokenBucket, Limit: 10, Period: 10 * time.Second} // one hit a second
 	owner, lessee := c.running()[0], c.running()[1]
-	var key string
-	for _, k := range testKeys(64) {
-		if owner.node.view.Load().snap.Owner(k).Name == owner.name {
-			key = k
-			break
-		}
-	}
+	key := keyOwnedBy(t, owner, owner.name)
 	check := func(tn *testNode) limit.Result {
 		t.Helper()
 		return c.check(tn, limit.Check{Name: "quota", Key: key, Hits: 1, Rule: r})[0]
@@ -296,13 +290,7 @@ func TestLeaseDebitSurvivesTheOwnersCrash(t *testing.T) {
 	r := limit.Rule{Algorithm: limit.TokenBucket, Limit: 1, Period: time.Hour, Burst: capacity}
 	c := newMemCluster(t, 3, Config{Leases: true, ReplicationInterval: time.Hour, Peer: exactPeer})
 	owner := c.running()[0]
-	var key string
-	for _, k := range testKeys(64) {
-		if owner.node.view.Load().snap.Owner(k).Name == owner.name {
-			key = k
-			break
-		}
-	}
+	key := keyOwnedBy(t, owner, owner.name)
 	var lessee *testNode
 	for _, tn := range c.running() {
 		if tn != owner {
@@ -330,13 +318,7 @@ func TestLeaseOnlyForItsRule(t *testing.T) {
 	c := newMemCluster(t, 2, Config{Now: clk.Now, Leases: true, LeaseThreshold: 1, Peer: exactPeer})
 	r := limit.Rule{Algorithm: limit.TokenBucket, Limit: 100, Period: time.Hour}
 	owner, lessee := c.running()[0], c.running()[1]
-	var key string
-	for _, k := range testKeys(64) {
-		if owner.node.view.Load().snap.Owner(k).Name == owner.name {
-			key = k
-			break
-		}
-	}
+	key := keyOwnedBy(t, owner, owner.name)
 	check := func(r limit.Rule) limit.Result {
 		return c.check(lessee, limit.Check{Name: "quota", Key: key, Hits: 1, Rule: r})[0]
 	}

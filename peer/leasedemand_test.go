@@ -68,13 +68,7 @@ func TestHotKeyLeasedAtTheDefaultThreshold(t *testing.T) {
 	c := newMemCluster(t, 2, Config{Now: clk.Now, Leases: true, Peer: exactPeer})
 	r := limit.Rule{Algorithm: limit.TokenBucket, Limit: 1_000_000, Period: time.Second}
 	owner, lessee := c.running()[0], c.running()[1]
-	var key string
-	for _, k := range testKeys(64) {
-		if owner.node.view.Load().snap.Owner(k).Name == owner.name {
-			key = k
-			break
-		}
-	}
+	key := keyOwnedBy(t, owner, owner.name)
 	check := func() limit.Result {
 		t.Helper()
 		return c.check(lessee, limit.Check{Name: "quota", Key: key, Hits: 1, Rule: r})[0]
