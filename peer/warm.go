@@ -35,7 +35,7 @@ func (n *Node) warm(kb *keyBuf, checks []limit.Check, from int, ring *ring.Snaps
 	if ring != nil {
 		kb.ownersFrom = from
 		for i := from; i < to; i++ {
-			o := self // a ring of one: no hash
+			o := 0 // a ring of one: no hash (self, or the one member left when this node leaves)
 			if ring.Len() > 1 {
 				o = ring.OwnerIndex(checks[i].Key)
 			}

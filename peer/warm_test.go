@@ -2,6 +2,7 @@ package peer
 
 import (
 	"testing"
+	"time"
 
 	"github.com/shardlimiter/shardlimiter/limit"
 )
@@ -49,5 +50,29 @@ func TestWarmKeysSkipsForwardedChecks(t *testing.T) {
 	want := []string{other.key("a", "1"), "\x01a3"}
 	if len(got) != 2 || got[0] != want[0] || got[1] != want[1] {
 		t.Fatalf("warmKeys(skip 0b010) = %q, want %q", got, want)
+	}
+}
+
+// A node leaving a cluster of two forwards every check to the member
+// left: its ring, without itself, has that one member (index 0) and this
+// node is not on it (index -1). Warming only the keys a ring gives this
+// node once took a ring of one member for this node's own, and the
+// leaving node decided the checks beside the new owner.
+func TestLeavingNodeOfTwoForwardsEveryCheck(t *testing.T) {
+	t.Parallel()
+	c := newTestCluster(t, 2, Config{Peer: exactPeer})
+	nodes := c.running()
+	leaver, stayer := nodes[0], nodes[1]
+	if err := leaver.node.Leave(); err != nil {
+		t.Fatal(err)
+	}
+	if v := leaver.node.view.Load(); v.snap.Len() != 1 || v.self != -1 {
+		t.Fatalf("the leaver's ring has %d members, itself at %d; want the other alone", v.snap.Len(), v.self)
+	}
+	r := rule(limit.TokenBucket, 100, time.Hour)
+	for _, k := range testKeys(20) {
+		if res := c.check(leaver, limit.Check{Name: "q", Key: k, Hits: 1, Rule: r})[0]; res.Owner != stayer.name {
+			t.Errorf("key %s checked on the leaver: decided by %q, want %s", k, res.Owner, stayer.name)
+		}
 	}
 }
