@@ -109,7 +109,8 @@ const maxPooledEncoding = 64 << 10
 // putCall gives back cl, all of whose checks have been answered (done is
 // closed: no batch refers to its encoding any more) and whose results
 // have been taken by its caller. A call abandoned by its caller is not
-// given back: a batch in flight may still answer into it.
+// given back (a batch in flight may still answer into it), nor one whose
+// batch failed (gRPC may still hold its encoding, queued unsent).
 func putCall(cl *call) {
 	if cap(cl.encoded) > maxPooledEncoding {
 		cl.encoded = nil

@@ -184,7 +184,12 @@ func (c *PeerClient) Forward(ctx context.Context, checks []limit.Check) ([]limit
 	select {
 	case <-cl.done:
 		results, err := cl.results, cl.failure()
-		putCall(cl)
+		if err == nil {
+			// Every batch carrying its checks was answered, so gRPC has
+			// sent the encoding and reads it no more. A failed batch may
+			// have left it queued on its connection: not reused.
+			putCall(cl)
+		}
 		return results, err
 	case <-ctx.Done():
 	}
