@@ -108,52 +108,40 @@ func (c *codec) Unmarshal(data mem.BufferSlice, v any) error {
 	return m.Decode(*buf) // copies what it keeps: buf goes back to the pool
 }
 
-// minPooled is the smallest encoding marshalSized takes from the codec's
+// minPooled is the smallest encoding marshalInto takes from the codec's
 // buffer pool (bufpool.go). The standard codec pools from 1 KiB up; an answer of a few dozen
 // items is smaller, and a pooled buffer saves it two of its three
 // allocations (the bytes, and their boxing as a mem.Buffer) and gives the
 // bytes back once sent.
 const minPooled = 256
 
-// marshalSized encodes m into a buffer of its exact size, pooled when large
-// enough to be worth it.
-func marshalSized(m Encoder) (mem.BufferSlice, error) {
-	size := m.Size()
-	if size < minPooled {
-		b, err := m.AppendTo(make([]byte, 0, size))
-		if err != nil {
-			return nil, err
-		}
-		return mem.BufferSlice{mem.SliceBuffer(b)}, nil
-	}
-	pool := &bufs // not cleared: AppendTo writes all size bytes (bufpool.go)
-	buf := pool.Get(size)
-	b, err := m.AppendTo((*buf)[:0])
-	if err == nil && len(b) != size {
-		err = fmt.Errorf("transport: encoded %d bytes, sized %d", len(b), size)
-	}
-	if err != nil {
-		pool.Put(buf)
-		return nil, err
-	}
-	return mem.BufferSlice{mem.NewBuffer(buf, pool)}, nil
+// marshalSized encodes m into a buffer of its exact size.
+func marshalSized(m Encoder) (mem.BufferSlice, error) { return marshalInto(m, m.Size(), true) }
+
+// marshalBounded encodes m once into a buffer of its bound: no sizing pass.
+func marshalBounded(m Bounded) (mem.BufferSlice, error) {
+	return marshalInto(m, m.SizeBound(), false)
 }
 
-// marshalBounded encodes m once into a pooled buffer of its bound. A
-// bound too small makes the encoding grow out of the pooled buffer, which
-// then goes back to the pool at once: the answer is right either way.
-func marshalBounded(m Bounded) (mem.BufferSlice, error) {
-	bound := m.SizeBound()
-	if bound < minPooled {
-		b, err := m.AppendTo(make([]byte, 0, bound))
+// marshalInto encodes m into a buffer of n bytes, pooled when large enough
+// to be worth it. With exact, n is m's size and an encoding of another
+// length is an error; else n is a bound, and an encoding that outgrew it
+// is returned in the array it grew into, the pooled buffer going back to
+// the pool at once: the answer is right either way.
+func marshalInto(m Encoder, n int, exact bool) (mem.BufferSlice, error) {
+	if n < minPooled {
+		b, err := m.AppendTo(make([]byte, 0, n))
 		if err != nil {
 			return nil, err
 		}
 		return mem.BufferSlice{mem.SliceBuffer(b)}, nil
 	}
-	pool := &bufs // not cleared: the buffer is cut to what AppendTo wrote
-	buf := pool.Get(bound)
+	pool := &bufs // not cleared: the buffer is cut to what AppendTo wrote (bufpool.go)
+	buf := pool.Get(n)
 	b, err := m.AppendTo((*buf)[:0])
+	if err == nil && exact && len(b) != n {
+		err = fmt.Errorf("transport: encoded %d bytes, sized %d", len(b), n)
+	}
 	if err != nil {
 		pool.Put(buf)
 		return nil, err
