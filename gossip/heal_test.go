@@ -43,10 +43,10 @@ func (s *lanSwitch) apart(from, to string) bool {
 	return s.isolated[from] != s.isolated[to]
 }
 
-// switchedTransport is memberlist's network transport behind a lanSwitch.
+// switchedTransport is the node's socket transport behind a lanSwitch.
 // What it sends to an address the switch separates from self is dropped.
 type switchedTransport struct {
-	*memberlist.NetTransport
+	*socketTransport
 	sw   *lanSwitch
 	self string
 }
@@ -57,42 +57,42 @@ func (t *switchedTransport) WriteTo(b []byte, addr string) (time.Time, error) {
 	if t.sw.apart(t.self, addr) {
 		return time.Now(), nil
 	}
-	return t.NetTransport.WriteTo(b, addr)
+	return t.socketTransport.WriteTo(b, addr)
 }
 
 func (t *switchedTransport) WriteToAddress(b []byte, a memberlist.Address) (time.Time, error) {
 	if t.sw.apart(t.self, a.Addr) {
 		return time.Now(), nil
 	}
-	return t.NetTransport.WriteToAddress(b, a)
+	return t.socketTransport.WriteToAddress(b, a)
 }
 
 func (t *switchedTransport) DialTimeout(addr string, timeout time.Duration) (net.Conn, error) {
 	if t.sw.apart(t.self, addr) {
 		return nil, errCut
 	}
-	return t.NetTransport.DialTimeout(addr, timeout)
+	return t.socketTransport.DialTimeout(addr, timeout)
 }
 
 func (t *switchedTransport) DialAddressTimeout(a memberlist.Address, timeout time.Duration) (net.Conn, error) {
 	if t.sw.apart(t.self, a.Addr) {
 		return nil, errCut
 	}
-	return t.NetTransport.DialAddressTimeout(a, timeout)
+	return t.socketTransport.DialAddressTimeout(a, timeout)
 }
 
 // on puts m's gossip behind sw: memberlist gets a switchedTransport on
 // 127.0.0.1 and a port of its own.
 func (sw *lanSwitch) on(m *Membership) {
 	m.testTransport = func(c *memberlist.Config) (memberlist.Transport, error) {
-		nt, err := memberlist.NewNetTransport(&memberlist.NetTransportConfig{BindAddrs: []string{c.BindAddr}, BindPort: c.BindPort, Logger: c.Logger})
+		st, err := listenSockets(c.BindAddr, c.BindPort, c.Logger)
 		if err != nil {
 			return nil, err
 		}
-		c.BindPort = nt.GetAutoBindPort()
+		c.BindPort = st.port()
 		c.AdvertisePort = c.BindPort
 		self := net.JoinHostPort(c.BindAddr, fmt.Sprint(c.BindPort))
-		return &switchedTransport{NetTransport: nt, sw: sw, self: self}, nil
+		return &switchedTransport{socketTransport: st, sw: sw, self: self}, nil
 	}
 }
 

@@ -34,9 +34,9 @@ type Config struct {
 	// AdvertiseAddr is where peers reach this node's gossip when that is
 	// not the bind address (an all-interfaces bind, NAT; in Kubernetes the
 	// pod IP): "host" keeps the bind port, "host:port" sets both. A DNS
-	// name is resolved with Resolver when Run starts. Empty lets memberlist
-	// pick: the bind IP, or for an all-interfaces bind the machine's first
-	// private IP. With bind port 0 the bound port is advertised.
+	// name is resolved with Resolver when Run starts. Empty: the bind IP,
+	// or for an all-interfaces bind the machine's first private IP. With
+	// bind port 0 the bound port is advertised.
 	AdvertiseAddr string
 	// GRPCAddr is the host:port of the client API, published in the node
 	// metadata (see Meta). An empty or unspecified host (":8081") is read
@@ -97,8 +97,8 @@ type Config struct {
 	GossipNodes int
 	// Transport, when set, makes memberlist's transport from its config
 	// when Run starts (it may set the config's ports): an in-memory network
-	// runs many members in one process (package sim). Nil: memberlist's
-	// own UDP and TCP sockets on BindAddr.
+	// runs many members in one process (package sim). Nil: UDP and TCP
+	// sockets on BindAddr (socketTransport, transport.go).
 	Transport func(*memberlist.Config) (memberlist.Transport, error)
 }
 
@@ -132,8 +132,8 @@ type Membership struct {
 	deadWake     chan struct{}                    // cap 1, never closed: a member was declared dead
 	notices      *memberlist.TransmitLimitedQueue // leave notices (heal.go)
 	// testTransport, set by tests before Run, makes memberlist's
-	// transport from its config (and may set its ports); nil: memberlist
-	// makes its own.
+	// transport from its config (and may set its ports); nil: as
+	// Config.Transport.
 	testTransport func(*memberlist.Config) (memberlist.Transport, error)
 
 	mu      sync.Mutex
@@ -246,8 +246,11 @@ func (m *Membership) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	ml, err := memberlist.Create(conf) // binds, then calls NotifyJoin for us
+	ml, err := memberlist.Create(conf) // calls NotifyJoin for us
 	if err != nil {
+		if t, ok := conf.Transport.(*socketTransport); ok {
+			_ = t.Shutdown() // memberlist leaves it open when the advertise address fails
+		}
 		return fmt.Errorf("gossip: start gossip on %s: %w", m.cfg.BindAddr, err)
 	}
 	local := net.JoinHostPort(m.bindHost, strconv.Itoa(conf.BindPort))
@@ -585,11 +588,12 @@ func (m *Membership) gossipConfig(ctx context.Context) (*memberlist.Config, erro
 	if m.testTransport != nil {
 		mk = m.testTransport
 	}
-	if mk != nil {
-		var err error
-		if c.Transport, err = mk(c); err != nil {
-			return nil, err
-		}
+	if mk == nil {
+		mk = newSocketTransport
+	}
+	var err error
+	if c.Transport, err = mk(c); err != nil {
+		return nil, err
 	}
 	if m.keyring != nil {
 		// GossipVerifyIncoming and GossipVerifyOutgoing stay true (the
