@@ -149,7 +149,10 @@ func runNemesis(ctx context.Context, cfg *config, bin string, log io.Writer) (*n
 	faults := nemesis.Plan(cfg.seed, cfg.local, cfg.duration, r.kinds(), cfg.faultGap)
 	fmt.Fprintf(log, "loadtest: nemesis seed %d: %d faults over %v\n", cfg.seed, len(faults), cfg.duration)
 	start := r.drive(ctx, ts, ks, rec, scr, in, faults)
-	rep.Faults, rep.RecordFull = faults, rec.Full()
+	rep.Faults = faults
+	if full, at := rec.Full(); full {
+		rep.RecordFull, rep.RecordFullS = true, float64(at-start.UnixNano())/1e9
+	}
 	rep.CountFaults()
 	j := &nemesis.Judge{Start: start.UnixNano(), Keys: ks, Rec: rec, Hits: cfg.hits, Faults: rep.Faults, Rises: append(scr.Rises(), r.loggedFallbacks()...),
 		Bound: bound, Replay: replayAttempts}
@@ -294,7 +297,7 @@ func (r *nemesisRun) finish(rep *nemesis.Report, scr *nemesis.Scraper) {
 	rep.OverAdmittedPct = pct(rep.OverAdmittedHits, rep.BoundHits)
 	rep.UnderAdmittedPct = pct(rep.UnderAdmittedHits, rep.ExpectedHits)
 	if rep.RecordFull {
-		rep.Notes = append(rep.Notes, fmt.Sprintf("the load stopped early: %d checks recorded", nemesis.MaxChecks))
+		rep.Notes = append(rep.Notes, fmt.Sprintf("the load stopped early, at %.0fs: %d checks recorded", rep.RecordFullS, nemesis.MaxChecks))
 	}
 	rep.Notes = append(rep.Notes, "over-admission: per key, its worst span (100 ms grid, up to 20 s) against a single perfect limiter's bound (bounds.go); a span is covered by a counted fallback when a node's fallback or stand-in decisions rose (or it logged a failed forward) within 1 s of it, or a handoff was given up or taken from a replica from 1 s before to 10 s after it (docs/RELIABILITY.md)")
 	rep.Verdict()

@@ -129,3 +129,16 @@ func TestRecoverySummary(t *testing.T) {
 		t.Errorf("spaced run: violations %q, want the slow kill and the term never exact again", r.Violations)
 	}
 }
+
+func TestVerdictRecordFull(t *testing.T) {
+	r := &Report{RSSWithin: true, DurationS: 1800}
+	r.Verdict()
+	if len(r.Violations) != 0 {
+		t.Fatalf("clean report: violations %q", r.Violations)
+	}
+	r.RecordFull, r.RecordFullS = true, 912
+	r.Verdict()
+	if len(r.Violations) != 1 || !strings.Contains(r.Violations[0], "filled at 912s of 1800s") {
+		t.Errorf("record full at 912 s: violations %q, want one naming when it filled", r.Violations)
+	}
+}

@@ -35,6 +35,7 @@ type Report struct {
 	RejectedHits        int64    `json:"rejected_hits"`
 	ItemErrors          int64    `json:"item_errors"`
 	RecordFull          bool     `json:"record_full,omitempty"`
+	RecordFullS         float64  `json:"record_full_s,omitempty"` // when, from the start
 
 	BoundHits         int64            `json:"bound_hits"`
 	OverAdmittedHits  int64            `json:"over_admitted_hits"`
@@ -63,7 +64,8 @@ type Report struct {
 
 // Verdict lists what broke a guarantee: a panic, an unanswered call to a
 // running node, over-admission outside the counted fallbacks, peak RSS
-// over the budget, or a fault that could not be applied.
+// over the budget, or a fault that could not be applied; and a run that
+// did not test what it claims: a load stopped early (the record full).
 func (r *Report) Verdict() {
 	r.Violations = nil
 	bad := func(format string, a ...any) { r.Violations = append(r.Violations, fmt.Sprintf(format, a...)) }
@@ -75,6 +77,9 @@ func (r *Report) Verdict() {
 	}
 	if r.OverUncounted > 0 {
 		bad("%d hits over the bound outside any counted fallback", r.OverUncounted)
+	}
+	if r.RecordFull {
+		bad("the record of checks filled at %.0fs of %.0fs: the faults after it ran without load", r.RecordFullS, r.DurationS)
 	}
 	if !r.RSSWithin {
 		bad("peak RSS over the %d-byte budget: %v", r.MemoryBudget, r.PeakRSS)
