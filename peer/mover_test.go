@@ -31,8 +31,10 @@ type fakeHost struct {
 	mu     sync.Mutex
 	pushed map[string][]limit.KeyState // by destination
 	parts  map[string][]int            // partitions handed over, by destination
-	// refused, when set, is called (without mu) after a push is refused.
-	refused func(to string)
+	pulls  map[string][]int            // partitions pulled, by source
+	// refused, when set, is called (without mu) after a push is refused;
+	// delivered, after one is taken, before it returns.
+	refused, delivered func(to string)
 }
 
 func newFakeHost(t testing.TB, self string, names ...string) *fakeHost {
@@ -51,7 +53,7 @@ func newFakeHost(t testing.TB, self string, names ...string) *fakeHost {
 	}
 	tbl := make([]limiter, limit.TokenBucket+1)
 	tbl[limit.TokenBucket] = bucket.NewTokenBucket(table.Config{MaxKeys: 1000, TrackChanges: true})
-	return &fakeHost{v: v, ho: newHandoff(snap.Partitions()), tbl: tbl, down: map[string]bool{}, refuse: map[string]bool{}, gone: map[string]bool{}, pushed: map[string][]limit.KeyState{}, parts: map[string][]int{}}
+	return &fakeHost{v: v, ho: newHandoff(snap.Partitions()), tbl: tbl, down: map[string]bool{}, refuse: map[string]bool{}, gone: map[string]bool{}, pushed: map[string][]limit.KeyState{}, parts: map[string][]int{}, pulls: map[string][]int{}}
 }
 
 func (h *fakeHost) ringView() *view                { return h.v }
@@ -90,10 +92,14 @@ func (l recordLink) Push(_ context.Context, _ limit.Transfer, parts []int, keys 
 		}
 		return transport.ErrUnavailable
 	}
-	defer l.h.mu.Unlock()
 	l.h.parts[l.to] = append(l.h.parts[l.to], parts...)
 	for _, k := range keys { // the round reuses its lists
 		l.h.pushed[l.to] = append(l.h.pushed[l.to], limit.KeyState{Algorithm: k.Algorithm, Key: k.Key, State: append([]byte(nil), k.State...)})
+	}
+	delivered := l.h.delivered
+	l.h.mu.Unlock()
+	if delivered != nil {
+		delivered(l.to)
 	}
 	return nil
 }
@@ -103,8 +109,13 @@ var errNotHere = errors.New("not used by this test")
 func (recordLink) Forward(context.Context, []limit.Check, bool) ([]limit.Result, error) {
 	return nil, errNotHere
 }
-func (recordLink) Pull(context.Context, limit.PullRequest) ([]limit.KeyState, error) {
-	return nil, errNotHere
+
+// Pull records the partitions asked for and answers no keys.
+func (l recordLink) Pull(_ context.Context, r limit.PullRequest) ([]limit.KeyState, error) {
+	l.h.mu.Lock()
+	defer l.h.mu.Unlock()
+	l.h.pulls[l.to] = append(l.h.pulls[l.to], r.Partitions...)
+	return nil, nil
 }
 func (recordLink) Inspect(context.Context, limit.Check) (limit.KeyView, error) {
 	return limit.KeyView{}, errNotHere
@@ -273,5 +284,38 @@ func markMoved(h *fakeHost, j job) {
 	defer h.ho.mu.Unlock()
 	for _, p := range j.parts {
 		h.ho.setLocked(p, partMoved, partDetail{to: j.peer, pushed: j.pushed, why: j.why})
+	}
+}
+
+// TestPushTakenBackDuringItsTryIsPulledBack: a partition given back to this
+// node by a rebuild while the push handing it over was under way is pulled
+// back from the receiver once the push is answered (the receiver may have
+// answered this node's pull of it first, and then marked it received); one
+// still moved by the push, or one the ring gives another node, is not.
+func TestPushTakenBackDuringItsTryIsPulledBack(t *testing.T) {
+	h := newFakeHost(t, "a", "a", "b", "c")
+	mv := newMover(Config{Name: "a", Now: newClock().Now}, h, slog.New(slog.DiscardHandler), newMetrics(nil, nil, 0))
+	var mine, others []int // partitions the ring gives a, and another node
+	for p := 0; p < h.v.snap.Partitions() && (len(mine) < 2 || len(others) < 1); p++ {
+		if h.v.snap.PartitionOwner(p) == h.v.self {
+			mine = append(mine, p)
+		} else {
+			others = append(others, p)
+		}
+	}
+	j := job{peer: ring.Member{Name: "b", Addr: "b:1"}, why: limit.Join, parts: []int{mine[0], mine[1], others[0]}, pushed: make(chan struct{})}
+	markMoved(h, j)
+	h.delivered = func(string) { // during the call: a rebuild takes back mine[0] and others[0]
+		h.ho.mu.Lock()
+		for _, p := range []int{mine[0], others[0]} {
+			h.ho.setLocked(p, partNormal, partDetail{})
+		}
+		h.ho.mu.Unlock()
+	}
+	mv.runPush(context.Background(), j)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if got := h.pulls["b"]; !slices.Equal(got, []int{mine[0]}) {
+		t.Errorf("pulled back %v, want [%d] (taken back, and this node's by the ring)", got, mine[0])
 	}
 }

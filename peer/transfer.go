@@ -445,6 +445,10 @@ func (mv *mover) runPush(ctx context.Context, j job) {
 			break
 		}
 	}
+	if err == nil && !j.keysOnly && !mv.host.leaving() {
+		// A leaving node takes nothing back (planHandoff).
+		mv.reclaimTakenBack(ctx, j, parts)
+	}
 	if err != nil {
 		if mv.host.leaving() && !mv.host.othersAlive() {
 			// A whole cluster stopping: the receiver has gone too, and no
@@ -495,6 +499,37 @@ func (mv *mover) stillMoved(j job, parts []int) []int {
 		}
 	}
 	return kept
+}
+
+// reclaimTakenBack closes the race stillMoved leaves: the partitions of
+// sent, handed over by j's last try, that a rebuild gave back to this node
+// while it was under way are pulled back from the receiver. Its pull of
+// them may have come before the push, which then marked them received
+// there; pulled again, the receiver marks them moved here (mover.pull).
+// Merging the keys twice is harmless.
+func (mv *mover) reclaimTakenBack(ctx context.Context, j job, sent []int) {
+	var back []int
+	h := mv.host.marks()
+	h.mu.Lock()
+	v := mv.host.ringView()
+	for _, p := range sent {
+		if !(h.kinds[p].Load() == partMoved && h.parts[p].pushed == j.pushed) && v.snap.PartitionOwner(p) == v.self {
+			back = append(back, p)
+		}
+	}
+	h.mu.Unlock()
+	if len(back) == 0 {
+		return
+	}
+	keys, err := mv.pullFrom(ctx, j.peer, back)
+	if err != nil {
+		mv.m.handoffIncomplete.Inc()
+		mv.log.Warn("handoff: partitions taken back while their push was under way could not be pulled back; the receiver may decide them too until the next ring change",
+			"from", j.peer.Name, "partitions", len(back), "err", err)
+		return
+	}
+	mv.importKeys(keys, j.why)
+	mv.log.Debug("handoff: pulled back partitions taken back during their push", "from", j.peer.Name, "partitions", len(back))
 }
 
 // gossipKnows reports whether gossip lists name as a member.
