@@ -66,6 +66,13 @@ type mover struct {
 	// (holdGrants); guarded by noGrantsMu.
 	noGrantsMu sync.Mutex
 	noGrants   map[int]int64
+
+	// pulls orders the pulls answered here: pulled[p] is the value pullSeq
+	// had when a node last pulled partition p from this node (takeOver);
+	// guarded by pulledMu.
+	pullSeq  atomic.Uint64
+	pulledMu sync.Mutex
+	pulled   map[int]uint64
 }
 
 // moverHost is what the state mover needs of its node. The node's
@@ -102,7 +109,7 @@ type moverHost interface {
 }
 
 func newMover(cfg Config, host moverHost, log *slog.Logger, m *metrics) *mover {
-	return &mover{cfg: cfg, host: host, log: log, m: m, dur: newDurable(cfg), leases: newLeaseBook(),
+	return &mover{cfg: cfg, host: host, log: log, m: m, dur: newDurable(cfg), leases: newLeaseBook(), pulled: map[int]uint64{},
 		jobsKick: make(chan struct{}, 1), changesWake: make(chan struct{}, 1)}
 }
 
