@@ -514,8 +514,9 @@ func (mv *mover) runPush(ctx context.Context, j job) {
 // planned during a one-way cut landed on retry after the rings had healed,
 // and two nodes decided 14 partitions for 18 s, 28 to 58 hits over per
 // key. Their keys still go (the receiver merges them; merging is harmless).
-// What is left is the race of one call: a partition taken back while the
-// try is under way.
+// A partition taken back while a try is under way is reclaimTakenBack's.
+// Not covered: a try that failed here (timed out) but landed at the
+// receiver later, after this node took the partition back.
 func (mv *mover) stillMoved(j job, parts []int) []int {
 	h := mv.host.marks()
 	h.mu.Lock()
