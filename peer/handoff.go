@@ -114,6 +114,12 @@ func (h *handoff) setLocked(p int, kind uint32, d partDetail) {
 	h.kinds[p].Store(kind)
 }
 
+// movedByLocked reports whether p is marked moved by the push whose
+// channel is pushed (and not since by another). h.mu is held.
+func (h *handoff) movedByLocked(p int, pushed chan struct{}) bool {
+	return h.kinds[p].Load() == partMoved && h.parts[p].pushed == pushed
+}
+
 // target returns where a moved partition went, and the channel closed once
 // our push of it was answered.
 func (h *handoff) target(p int) (ring.Member, chan struct{}, bool) {

@@ -523,7 +523,7 @@ func (mv *mover) stillMoved(j job, parts []int) []int {
 	defer h.mu.Unlock()
 	kept := make([]int, 0, len(parts))
 	for _, p := range parts {
-		if h.kinds[p].Load() == partMoved && h.parts[p].pushed == j.pushed {
+		if h.movedByLocked(p, j.pushed) {
 			kept = append(kept, p)
 		}
 	}
@@ -542,7 +542,7 @@ func (mv *mover) reclaimTakenBack(ctx context.Context, j job, sent []int) {
 	h.mu.Lock()
 	v := mv.host.ringView()
 	for _, p := range sent {
-		if !(h.kinds[p].Load() == partMoved && h.parts[p].pushed == j.pushed) && v.snap.PartitionOwner(p) == v.self {
+		if !h.movedByLocked(p, j.pushed) && v.snap.PartitionOwner(p) == v.self {
 			back = append(back, p)
 		}
 	}
@@ -576,7 +576,7 @@ func (mv *mover) pushDone(j job) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, p := range j.parts {
-		if h.kinds[p].Load() == partMoved && h.parts[p].pushed == j.pushed && v.snap.Member(v.snap.PartitionOwner(p)).Name == j.peer.Name {
+		if h.movedByLocked(p, j.pushed) && v.snap.Member(v.snap.PartitionOwner(p)).Name == j.peer.Name {
 			h.setLocked(p, partNormal, partDetail{})
 		}
 	}
