@@ -95,6 +95,15 @@ type Config struct {
 	// GossipNodes is how many members each gossip round sends to. Zero
 	// means memberlist's 3.
 	GossipNodes int
+	// ProbeInterval is how often each member probes one other member
+	// (failure detection; see gossipConfig). A crashed member of three to
+	// five is out of every ring about 5-6 intervals after the crash:
+	// 2.5-3 s at the default 500 ms. Longer costs an idle member less (at
+	// 5 s, memberlist's WAN figure, about half the CPU) and notices a
+	// crash later, and a member that misses probes is suspected later
+	// too. Zero means 500 ms; it must lie within [MinProbeInterval,
+	// MaxProbeInterval].
+	ProbeInterval time.Duration
 	// Transport, when set, makes memberlist's transport from its config
 	// when Run starts (it may set the config's ports): an in-memory network
 	// runs many members in one process (package sim). Nil: UDP and TCP
@@ -160,11 +169,28 @@ type member struct {
 	logged bool   // err has been logged
 }
 
+// The bounds of Config.ProbeInterval: below 100 ms a probe's ack would
+// have under 40 ms (the probe timeout is two fifths of the interval);
+// above a minute a crash would go unnoticed for several minutes.
+const (
+	MinProbeInterval = 100 * time.Millisecond
+	MaxProbeInterval = time.Minute
+)
+
+// defaultProbeInterval keeps crash detection near 3 s (gossipConfig).
+const defaultProbeInterval = 500 * time.Millisecond
+
 // New checks cfg and fills in defaults. It starts nothing and
 // binds no socket; Run does.
 func New(cfg Config) (*Membership, error) {
 	if cfg.NodeName == "" || len(cfg.NodeName) > 256 {
 		return nil, errors.New("gossip: node name must be 1-256 bytes")
+	}
+	if cfg.ProbeInterval == 0 {
+		cfg.ProbeInterval = defaultProbeInterval
+	}
+	if cfg.ProbeInterval < MinProbeInterval || cfg.ProbeInterval > MaxProbeInterval {
+		return nil, fmt.Errorf("gossip: probe interval %v outside [%v, %v]", cfg.ProbeInterval, MinProbeInterval, MaxProbeInterval)
 	}
 	meta, err := Meta{GRPCAddr: cfg.GRPCAddr, PeerAddr: cfg.PeerAddr}.MarshalBinary()
 	if err != nil {
@@ -481,8 +507,11 @@ func (m *Membership) signal(ch chan struct{}) {
 // ~5 s for 3-5 nodes, so:
 //
 //	ProbeInterval  500 ms  each node probes one peer per interval, round-robin
+//	                       (Config.ProbeInterval; the figures below are at
+//	                       500 ms and scale with it)
 //	ProbeTimeout   200 ms  direct UDP ack; then indirect pings via 3 peers and
-//	                       a TCP ping until the interval ends
+//	                       a TCP ping until the interval ends (2/5 of the
+//	                       interval)
 //	SuspicionMult  3       suspect → dead after 3 × 0.5 s × max(1, log10 n)
 //	                       = 1.5 s for n ≤ 10, once one other node confirms
 //	                       (k = SuspicionMult-2 = 1); with no confirmation
@@ -522,10 +551,16 @@ func (m *Membership) signal(ch chan struct{}) {
 // and six of the victim's own probes to refute in.
 //
 // Idle cost: 2 probes/s per node (and the acks), and 2 gossip rounds/s
-// that wake memberlist and send only pending news. Each wake-up also wakes
-// the Go scheduler's other thread and sysmon, so it costs far more than
-// its own work: at 200 ms rounds (5/s) an idle member of 3 used 46-67 ms
-// of CPU per 20 s, at 500 ms 26-54 ms (docs/PERFORMANCE.md). The search
+// that wake memberlist and send only pending news. Each wake-up also
+// wakes the Go scheduler's other thread and sysmon, so it costs far more
+// than its own work (a bare 500 ms ticker costs about 100 µs of CPU per
+// tick on the development VM). The probes are most of it: the gossip
+// round fires with the probe (both tickers start together), while a
+// probe wakes the prober for its ack and the probed node for the ping.
+// An idle member of three used 33-42 ms of CPU per 20 s at 500 ms probes,
+// 24-28 ms at 1 s and 13-18 ms at 5 s, where gubernator (memberlist's WAN
+// profile, 5 s probes) used 10-14 ms in most rounds; a member alone 9-10 ms
+// (docs/PERFORMANCE.md, "Idle against the probe interval"). The search
 // for dead members (heal.go) adds nothing while every member is alive.
 // Compression is off: memberlist compresses each packet with a fresh LZW
 // writer (a 6.5 MB allocation per 20 s for pings and acks of a few dozen
@@ -567,8 +602,8 @@ func (m *Membership) gossipConfig(ctx context.Context) (*memberlist.Config, erro
 		}
 		c.AdvertiseAddr, c.AdvertisePort = host, port
 	}
-	c.ProbeInterval = 500 * time.Millisecond
-	c.ProbeTimeout = 200 * time.Millisecond
+	c.ProbeInterval = m.cfg.ProbeInterval
+	c.ProbeTimeout = m.cfg.ProbeInterval * 2 / 5
 	c.SuspicionMult = 3
 	c.SuspicionMaxTimeoutMult = 2
 	c.GossipInterval = 500 * time.Millisecond

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/shardlimiter/shardlimiter/gossip"
 	"github.com/shardlimiter/shardlimiter/peer"
 )
 
@@ -30,6 +31,7 @@ type config struct {
 	resp          respConfig
 	gossipAddr    string
 	gossipKeyFile string
+	probeInterval time.Duration // --gossip-probe-interval
 	peerTLS       tlsFiles
 	clientTLS     tlsFiles // ca is the client CA: set means mTLS
 	advertiseAddr string
@@ -89,6 +91,7 @@ func newFlagSet(name string, out io.Writer) (*flag.FlagSet, map[string]*string) 
 	def("resp-max-conns", "1000", "with --resp-addr: most open Redis-protocol connections; more are refused at accept")
 	def("resp-idle-timeout", "5m", "with --resp-addr: a connection that sends nothing for this long, or whose command is not whole this long after its first byte, is closed")
 	def("gossip-addr", ":7946", "gossip (memberlist) listen address, TCP and UDP")
+	def("gossip-probe-interval", "500ms", "how often this node probes one other member for failure detection: a crashed node leaves the ring about 5-6 of these after the crash (2.5-3 s at 500ms); longer costs an idle node less and notices a crash later (docs/PERFORMANCE.md, 'Idle against the probe interval'); 100ms to 1m")
 	def("gossip-key-file", "", "file of base64 AES keys (16, 24 or 32 bytes), one per line: the first encrypts, all decrypt; re-read when it changes or on SIGHUP; empty = gossip in plaintext")
 	def("peer-tls-cert-file", "", "PEM certificate this node presents to peers, both as server and as client (mTLS); reloaded when it changes")
 	def("peer-tls-key-file", "", "PEM private key of --peer-tls-cert-file")
@@ -228,6 +231,10 @@ func validate(raw map[string]*string, fromEnv map[string]bool) (config, error) {
 	c.replication = p.duration("replication-interval", false, "a duration like 100ms, or 0 for off")
 	c.handoff = p.duration("handoff-timeout", true, "a positive duration like 5s")
 	c.snapshotEvery = p.duration("snapshot-interval", true, "a positive duration like 10s")
+	c.probeInterval = p.duration("gossip-probe-interval", true, "a duration like 500ms")
+	if c.probeInterval != 0 && (c.probeInterval < gossip.MinProbeInterval || c.probeInterval > gossip.MaxProbeInterval) {
+		p.bad("gossip-probe-interval", "want %v to %v, got %q", gossip.MinProbeInterval, gossip.MaxProbeInterval, *raw["gossip-probe-interval"])
+	}
 	c.resp.maxConns = p.positiveInt("resp-max-conns")
 	c.resp.idleTimeout = p.duration("resp-idle-timeout", true, "a positive duration like 5m")
 	p.tls(c)

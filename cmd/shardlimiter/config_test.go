@@ -31,7 +31,8 @@ func TestConfigDefaults(t *testing.T) {
 	}
 	if c.httpAddr != ":8080" || c.grpcAddr != ":8081" || c.gossipAddr != ":7946" || c.maxKeys != 1_000_000 ||
 		c.maxBatch != 1000 || c.failPolicy != peer.FailLocal || c.logLevel != slog.LevelInfo ||
-		c.logFormat != "text" || c.shutdownGrace != 5*time.Second || len(c.join) != 0 || c.peerAddr != ":8082" {
+		c.logFormat != "text" || c.shutdownGrace != 5*time.Second || len(c.join) != 0 || c.peerAddr != ":8082" ||
+		c.probeInterval != 500*time.Millisecond {
 		t.Fatalf("defaults = %+v", c)
 	}
 }
@@ -54,6 +55,8 @@ func TestConfigFlagsEnvironmentAndPrecedence(t *testing.T) {
 			func(c config) bool { return c.logLevel == slog.LevelDebug && c.logFormat == "json" }},
 		{"node name and advertise", []string{"--node-name", "n1", "--advertise-addr", "10.1.2.3"}, env(),
 			func(c config) bool { return c.nodeName == "n1" && advertiseHost(c) == "10.1.2.3" }},
+		{"probe interval", nil, env("SHARDLIMITER_GOSSIP_PROBE_INTERVAL", "5s"),
+			func(c config) bool { return c.probeInterval == 5*time.Second }},
 		{"state dir", []string{"--snapshot-interval", "3s"}, env("SHARDLIMITER_STATE_DIR", "/var/lib/x", "SHARDLIMITER_SNAPSHOT_NAME", "k8s-node-1"),
 			func(c config) bool {
 				return c.stateDir == "/var/lib/x" && c.snapshotEvery == 3*time.Second && c.snapshotName == "k8s-node-1"
@@ -87,6 +90,9 @@ func TestConfigRejectsBadValues(t *testing.T) {
 		{[]string{"--shutdown-grace", "soon"}, env(), "--shutdown-grace"},
 		{[]string{"--peer-addr", "x"}, env(), "--peer-addr: want host:port"},
 		{[]string{"--snapshot-interval", "0s"}, env(), "--snapshot-interval: want a positive duration"},
+		{[]string{"--gossip-probe-interval", "0s"}, env(), "--gossip-probe-interval: want a duration like 500ms"},
+		{[]string{"--gossip-probe-interval", "50ms"}, env(), `--gossip-probe-interval: want 100ms to 1m0s, got "50ms"`},
+		{nil, env("SHARDLIMITER_GOSSIP_PROBE_INTERVAL", "2m"), `SHARDLIMITER_GOSSIP_PROBE_INTERVAL: want 100ms to 1m0s, got "2m"`},
 		{[]string{"--rls-header-reset", "Rate Limit"}, env(), "--rls-header-reset: \"Rate Limit\" is not an HTTP header name"},
 		{[]string{"--rls-headers-format", "draft-7"}, env(), "--rls-headers-format: unknown headers format"},
 		{[]string{"--health-addr", "8083"}, env(), "--health-addr: want host:port"},

@@ -188,6 +188,7 @@ func (s *server) newGossip(name string, reg prometheus.Registerer) (err error) {
 		PeerAddr:      s.peerAddr,
 		Seeds:         s.cfg.join,
 		Keys:          s.sec.keys,
+		ProbeInterval: s.cfg.probeInterval,
 		Logger:        s.log.With("component", "gossip"),
 	})
 	if err != nil {
