@@ -180,24 +180,45 @@ const (
 // defaultProbeInterval keeps crash detection near 3 s (gossipConfig).
 const defaultProbeInterval = 500 * time.Millisecond
 
+// withDefaults is c with the defaults of its zero fields (Config).
+func (c Config) withDefaults() Config {
+	if c.BindAddr == "" {
+		c.BindAddr = ":" + strconv.Itoa(DefaultPort)
+	}
+	if c.ProbeInterval == 0 {
+		c.ProbeInterval = defaultProbeInterval
+	}
+	if c.JoinRetry <= 0 {
+		c.JoinRetry = time.Second
+	}
+	if c.RejoinInterval == 0 {
+		c.RejoinInterval = 30 * time.Second
+	}
+	if c.HealInterval == 0 {
+		c.HealInterval = time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Resolver == nil {
+		c.Resolver = net.DefaultResolver.LookupHost
+	}
+	return c
+}
+
 // New checks cfg and fills in defaults. It starts nothing and
 // binds no socket; Run does.
 func New(cfg Config) (*Membership, error) {
 	if cfg.NodeName == "" || len(cfg.NodeName) > 256 {
 		return nil, errors.New("gossip: node name must be 1-256 bytes")
 	}
-	if cfg.ProbeInterval == 0 {
-		cfg.ProbeInterval = defaultProbeInterval
-	}
+	cfg = cfg.withDefaults()
 	if cfg.ProbeInterval < MinProbeInterval || cfg.ProbeInterval > MaxProbeInterval {
 		return nil, fmt.Errorf("gossip: probe interval %v outside [%v, %v]", cfg.ProbeInterval, MinProbeInterval, MaxProbeInterval)
 	}
 	meta, err := Meta{GRPCAddr: cfg.GRPCAddr, PeerAddr: cfg.PeerAddr}.MarshalBinary()
 	if err != nil {
 		return nil, err
-	}
-	if cfg.BindAddr == "" {
-		cfg.BindAddr = ":" + strconv.Itoa(DefaultPort)
 	}
 	host, port, err := splitBind(cfg.BindAddr)
 	if err != nil {
@@ -220,21 +241,6 @@ func New(cfg Config) (*Membership, error) {
 			return nil, fmt.Errorf("gossip: seed %d of %d: %w", i+1, len(cfg.Seeds), err)
 		}
 		m.seeds = append(m.seeds, sd)
-	}
-	if cfg.JoinRetry <= 0 {
-		cfg.JoinRetry = time.Second
-	}
-	if cfg.RejoinInterval == 0 {
-		cfg.RejoinInterval = 30 * time.Second
-	}
-	if cfg.HealInterval == 0 {
-		cfg.HealInterval = time.Second
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
-	if cfg.Resolver == nil {
-		cfg.Resolver = net.DefaultResolver.LookupHost
 	}
 	m.cfg, m.log = cfg, cfg.Logger
 	m.started = make(chan struct{})
