@@ -97,7 +97,7 @@ type Config struct {
 	GossipNodes int
 	// ProbeInterval is how often each member probes one other member
 	// (failure detection; see gossipConfig). A crashed member of three to
-	// five is out of every ring about 5-6 intervals after the crash:
+	// five is out of every ring about 4-6 intervals after the crash:
 	// 2.5-3 s at the default 500 ms. Longer costs an idle member less (at
 	// 5 s, memberlist's WAN figure, about 40% of the CPU) and notices a
 	// crash later, and a member that misses probes is suspected later
